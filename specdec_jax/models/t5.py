@@ -21,6 +21,7 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specdec_jax.models import layers
 from specdec_jax.models.config import T5Config
@@ -325,7 +326,7 @@ class Transformer(nn.Module):
       raise ValueError(f'decoder_tokens has k={k} tokens per row but the cache holds only '
                        f'{cache.max_length} positions; build it with a larger max_length.')
     if not isinstance(lengths, jax.core.Tracer):
-      longest = int(jnp.max(lengths)) + k
+      longest = int(np.max(np.asarray(lengths))) + k
       if longest > cache.max_length:
         raise ValueError(f'lengths + k reaches {longest} but the cache holds '
                          f'{cache.max_length} positions: k={k} is beyond the remaining '

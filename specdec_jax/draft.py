@@ -1,0 +1,78 @@
+"""Draft phase: γ tokens from the small model, one cached call at a time.
+
+Cache bookkeeping (DESIGN.md invariant 2): at the start of a round a row has `n`
+committed tokens and its decoder inputs are d_0 = 0, d_t = y_t. The draft's cache is
+valid for positions < n − 1 (when all γ drafts were accepted last round the draft
+never consumed the last accepted one). The first call therefore feeds the last two
+inputs (d_{n−1}, d_n) at positions n−1, n — re-feeding a token at its own position
+rewrites the same keys and values — and reads the logits of d_n. For n = 0 it feeds
+(d_0, 0) at positions 0, 1 and reads position 0; the extra slot is overwritten later.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from specdec_jax import sampling
+
+StepFn = Callable  # (tokens [B, k], lengths [B], cache) -> (logits [B, k, V], cache)
+
+
+def draft_block(step_fn: StepFn, cache, sequences, n, gamma: int, vocab_size: int,
+                temperature, topk, topp, keys, forced_tokens, real_vocab_size=None):
+  """Proposes `gamma` tokens per row with the draft model.
+
+  Args:
+    step_fn: the draft's k-token cached call.
+    cache: the draft's cache.
+    sequences: int32 `[batch, max_len + 1]` decoder inputs (d_0 = 0, d_t = y_t).
+    n: int32 `[batch]` committed tokens per row.
+    gamma: static number of drafts.
+    vocab_size: the target's vocabulary size (draft logits are padded/truncated to it).
+    temperature, topk, topp: standardization, as for the target.
+    keys: `[batch, gamma]` PRNG keys, one per draft sample.
+    forced_tokens: int32 `[batch, gamma]`, non-zero where the position holds a forced
+      prompt token (then that token is "drafted" with q = one-hot).
+    real_vocab_size: optional; draft ids at or beyond it get probability 0.
+  Returns:
+    `(draft_tokens [batch, gamma] int32, q [batch, gamma, vocab_size] float32, cache)`.
+  """
+  batch = sequences.shape[0]
+  temp = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (batch,)) \
+      if not sampling.is_static_greedy(temperature) else temperature
+
+  def propose(logits, i):
+    std = sampling.standardize(
+        sampling.match_vocab(logits, vocab_size, real_vocab_size), temp, topk, topp)
+    if sampling.is_static_greedy(temperature):
+      token = jnp.argmax(std, axis=-1).astype(jnp.int32)
+    else:
+      token = sampling.sample_rows(keys[:, i], std)
+    forced = forced_tokens[:, i]
+    token = jnp.where(forced > 0, forced, token)
+    q = sampling.probs_from_logits(std)
+    q = jnp.where((forced > 0)[:, None], jax.nn.one_hot(forced, vocab_size), q)
+    return token, q
+
+  start = jnp.maximum(n - 1, 0)
+  first = jnp.take_along_axis(sequences, jnp.stack([start, start + 1], axis=1), axis=1)
+  first = jnp.where((n > 0)[:, None], first, jnp.stack([sequences[:, 0], jnp.zeros_like(n)], 1))
+  logits, cache = step_fn(first, start, cache)
+  token, q = propose(jnp.take_along_axis(logits, (n - start)[:, None, None], axis=1)[:, 0], 0)
+
+  def body(carry, i):
+    token, cache = carry
+    logits, cache = step_fn(token[:, None], n + i, cache)
+    new_token, q = propose(logits[:, 0], i)
+    return (new_token, cache), (new_token, q)
+
+  if gamma == 1:
+    return token[:, None], q[:, None], cache
+  (_, cache), (tokens, qs) = jax.lax.scan(body, (token, cache),
+                                          jnp.arange(1, gamma, dtype=jnp.int32))
+  tokens = jnp.concatenate([token[:, None], tokens.T], axis=1)
+  qs = jnp.concatenate([q[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
+  return tokens, qs, cache

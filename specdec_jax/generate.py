@@ -1,0 +1,153 @@
+"""Jitted entry points that run the decoders on our T5 for a batch of encoder inputs.
+
+`t5_generate` is the stock-T5X baseline (encode once, then `temperature_sample`);
+`t5_speculative_generate` encodes with both models and runs `speculative_sample`.
+Each is one `jax.jit` whose compilation is cached per (models, shapes, γ, static
+sampling flags); params, tokens, keys and temperature are traced arguments, so
+changing them does not recompile.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from specdec_jax import decoding
+from specdec_jax.models import t5
+
+
+def _check_tokens(encoder_input_tokens, max_decode_len):
+  if not isinstance(max_decode_len, int) or max_decode_len < 1:
+    raise ValueError(f'max_decode_len must be an int >= 1, got {max_decode_len!r}.')
+  if jnp.ndim(encoder_input_tokens) != 2:
+    raise ValueError('encoder_input_tokens must be [batch, enc_len] int, got shape '
+                     f'{jnp.shape(encoder_input_tokens)}.')
+
+
+@functools.partial(jax.jit, static_argnames=(
+    'model', 'max_decode_len', 'eos_id', 'num_decodes', 'topk', 'topp', 'static_temperature',
+    'max_decode_steps', 'rescale_log_probs'))
+def _generate(model, params, encoder_input_tokens, decoder_prompt, decode_rng, temperature,
+              *, topp, max_decode_len, eos_id, num_decodes, topk, static_temperature,
+              max_decode_steps, rescale_log_probs):
+  cache = t5.encode_and_init_cache(model, params, encoder_input_tokens, max_decode_len)
+  return decoding.temperature_sample(
+      decoder_prompt, cache,
+      decoding.tokens_to_logits_from_step_fn(t5.make_step_fn(model, params)), eos_id,
+      decode_rng=decode_rng, num_decodes=num_decodes,
+      temperature=static_temperature if static_temperature is not None else temperature,
+      topk=topk, topp=topp, max_decode_steps=max_decode_steps,
+      rescale_log_probs=rescale_log_probs)
+
+
+def _static_temperature(temperature):
+  """Greedy as a static Python 0.0 (skips sampling code, like T5X's lax.cond branch)."""
+  if isinstance(temperature, (int, float)) and temperature <= decoding.MIN_TEMPERATURE:
+    return 0.0
+  return None
+
+
+def _prompt(encoder_input_tokens, max_decode_len, decoder_prompt):
+  if decoder_prompt is None:
+    return jnp.zeros((encoder_input_tokens.shape[0], max_decode_len), jnp.int32)
+  return jnp.asarray(decoder_prompt, jnp.int32)
+
+
+def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_len: int,
+                *, eos_id: int = 1, temperature=0.0, topk: int = 0, topp: float = 0.0,
+                num_decodes: int = 1, decode_rng=None, decoder_prompt=None,
+                max_decode_steps: Optional[int] = None, rescale_log_probs: bool = True):
+  """Baseline decoding: encoder once, then one target call per token (T5X's loop).
+
+  Args:
+    model, params: the T5 `Transformer` and its params.
+    encoder_input_tokens: int32 `[batch, enc_len]` (0 = padding).
+    max_decode_len: decoded length (static).
+    decoder_prompt: optional int32 `[batch, max_decode_len]` forced prefix tokens.
+    Other arguments as `decoding.temperature_sample` (note topk defaults to 0 here).
+  Returns:
+    `(decodes [batch, num_decodes, max_decode_len], log_probs [batch, num_decodes])`.
+  """
+  _check_tokens(encoder_input_tokens, max_decode_len)
+  decoding._check_common(_prompt(encoder_input_tokens, max_decode_len, decoder_prompt),
+                         eos_id, num_decodes, temperature, topk, topp, max_decode_steps)
+  if decode_rng is None:
+    decode_rng = jax.random.PRNGKey(0)
+  return _generate(model, params, jnp.asarray(encoder_input_tokens, jnp.int32),
+                   _prompt(encoder_input_tokens, max_decode_len, decoder_prompt),
+                   decode_rng, jnp.asarray(temperature, jnp.float32), topp=float(topp),
+                   max_decode_len=max_decode_len, eos_id=eos_id, num_decodes=num_decodes,
+                   topk=topk, static_temperature=_static_temperature(temperature),
+                   max_decode_steps=max_decode_steps, rescale_log_probs=rescale_log_probs)
+
+
+@functools.partial(jax.jit, static_argnames=(
+    'target_model', 'draft_model', 'max_decode_len', 'gamma', 'eos_id', 'num_decodes',
+    'topk', 'topp', 'static_temperature', 'max_decode_steps', 'real_vocab_size',
+    'rescale_log_probs'))
+def _speculative_generate(target_model, target_params, draft_model, draft_params,
+                          encoder_input_tokens, draft_encoder_input_tokens, decoder_prompt,
+                          decode_rng, temperature, *, topp, max_decode_len, gamma, eos_id,
+                          num_decodes, topk, static_temperature, max_decode_steps,
+                          real_vocab_size, rescale_log_probs):
+  target_cache = t5.encode_and_init_cache(target_model, target_params,
+                                          encoder_input_tokens, max_decode_len)
+  draft_cache = t5.encode_and_init_cache(draft_model, draft_params,
+                                         draft_encoder_input_tokens, max_decode_len)
+  return decoding.speculative_sample(
+      decoder_prompt, target_cache, t5.make_step_fn(target_model, target_params),
+      draft_cache, t5.make_step_fn(draft_model, draft_params), eos_id, gamma,
+      vocab_size=target_model.config.vocab_size, decode_rng=decode_rng,
+      num_decodes=num_decodes,
+      temperature=static_temperature if static_temperature is not None else temperature,
+      topk=topk, topp=topp, max_decode_steps=max_decode_steps,
+      real_vocab_size=real_vocab_size, rescale_log_probs=rescale_log_probs)
+
+
+def t5_speculative_generate(target_model: t5.Transformer, target_params,
+                            draft_model: t5.Transformer, draft_params, encoder_input_tokens,
+                            max_decode_len: int, gamma: int, *, eos_id: int = 1,
+                            temperature=0.0, topk: int = 0, topp: float = 0.0,
+                            num_decodes: int = 1, decode_rng=None, decoder_prompt=None,
+                            max_decode_steps: Optional[int] = None,
+                            real_vocab_size: Optional[int] = None,
+                            draft_encoder_input_tokens=None,
+                            rescale_log_probs: bool = True):
+  """Speculative decoding of a T5 target with a T5 draft (paper Algorithm 1).
+
+  Args:
+    target_model, target_params, draft_model, draft_params: the two T5s; they must
+      share token ids (their embeddings may be padded to different sizes).
+    encoder_input_tokens: int32 `[batch, enc_len]` for the target (and the draft,
+      unless `draft_encoder_input_tokens` is given).
+    max_decode_len: decoded length (static); both caches get this many positions.
+    gamma: γ, draft tokens per round (static).
+    Other arguments as `decoding.speculative_sample`.
+  Returns:
+    `(decodes [batch, num_decodes, max_decode_len], log_probs [batch, num_decodes],
+    decoding.SpeculativeStats)`.
+  Raises:
+    ValueError: as `speculative_sample`, before compiling.
+  """
+  _check_tokens(encoder_input_tokens, max_decode_len)
+  prompt = _prompt(encoder_input_tokens, max_decode_len, decoder_prompt)
+  decoding._check_common(prompt, eos_id, num_decodes, temperature, topk, topp,
+                         max_decode_steps)
+  if not isinstance(gamma, int) or gamma < 1:
+    raise ValueError(f'gamma (γ, draft tokens per round) must be an int >= 1, got {gamma!r}.')
+  if decode_rng is None:
+    decode_rng = jax.random.PRNGKey(0)
+  if draft_encoder_input_tokens is None:
+    draft_encoder_input_tokens = encoder_input_tokens
+  return _speculative_generate(
+      target_model, target_params, draft_model, draft_params,
+      jnp.asarray(encoder_input_tokens, jnp.int32),
+      jnp.asarray(draft_encoder_input_tokens, jnp.int32), prompt, decode_rng,
+      jnp.asarray(temperature, jnp.float32), topp=float(topp),
+      max_decode_len=max_decode_len, gamma=gamma, eos_id=eos_id, num_decodes=num_decodes,
+      topk=topk, static_temperature=_static_temperature(temperature),
+      max_decode_steps=max_decode_steps, real_vocab_size=real_vocab_size,
+      rescale_log_probs=rescale_log_probs)

@@ -1,0 +1,128 @@
+"""Standardized sampling: temperature, top-k and top-p turn logits into a distribution.
+
+Paper §2.2 ("standardized sampling"): speculative decoding stays exact for any such
+transform as long as it is applied to both the target's p and the draft's q. These
+are pure functions on arrays, shared by `temperature_sample` and
+`speculative_sample` so that both decoders use the very same distributions.
+
+Temperature ≤ `MIN_TEMPERATURE` means greedy: the standardized distribution is the
+one-hot of `argmax(logits)` over the *raw* logits (T5X ignores topk/topp there too).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+MIN_TEMPERATURE = 1e-4  # T5X: temperatures at or below take the argmax branch.
+NEG_INF = -1.0e10  # logit of a masked token (exp underflows to exactly 0 in float32).
+
+
+def validate_sampling_args(temperature, topk, topp) -> None:
+  """Raises ValueError (before any compilation) for inconsistent sampling args.
+
+  Raises:
+    ValueError: topk and topp both non-zero, topk negative or not an int, topp
+      outside [0, 1], or a negative (concrete) temperature.
+  """
+  if not isinstance(topk, int) or topk < 0:
+    raise ValueError(f'topk must be a non-negative int (0 = off), got {topk!r}.')
+  if isinstance(topp, (int, float)) and not 0.0 <= topp <= 1.0:
+    raise ValueError(f'topp must be in [0, 1] (0 = off), got {topp!r}.')
+  if topk and (not isinstance(topp, (int, float)) or topp):
+    raise ValueError(f'At most one of topk and topp may be non-zero (got topk={topk}, '
+                     f'topp={topp}); set the other to 0.')
+  if not isinstance(temperature, jax.core.Tracer):
+    if bool(np.any(np.asarray(temperature) < 0)):
+      raise ValueError(f'temperature must be >= 0 (0 = greedy), got {temperature!r}.')
+
+
+def is_static_greedy(temperature) -> bool:
+  """True when `temperature` is a Python number ≤ MIN_TEMPERATURE (greedy, known at trace time)."""
+  return isinstance(temperature, (int, float)) and temperature <= MIN_TEMPERATURE
+
+
+def topk_mask(logits, topk: int):
+  """Keeps the `topk` largest logits per row (ties with the k-th kept), others → NEG_INF."""
+  kth = jax.lax.top_k(logits, topk)[0][..., -1:]
+  return jnp.where(logits < kth, NEG_INF, logits)
+
+
+def topp_mask(logits, topp):
+  """Nucleus mask: keeps the smallest set of most likely tokens whose mass reaches `topp`.
+
+  A token is kept when the probability mass strictly before it (in descending order)
+  is below `topp`; the most likely token is always kept. `topp` may be traced.
+  """
+  probs = jax.nn.softmax(logits, axis=-1)
+  sorted_probs = -jnp.sort(-probs, axis=-1)
+  mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
+  keep_sorted = mass_before < topp
+  keep_sorted = keep_sorted.at[..., 0].set(True)
+  # Threshold = smallest kept probability; keep everything at least that likely.
+  threshold = jnp.min(jnp.where(keep_sorted, sorted_probs, jnp.inf), axis=-1, keepdims=True)
+  return jnp.where(probs >= threshold, logits, NEG_INF)
+
+
+def standardize(logits, temperature, topk: int = 0, topp=0.0):
+  """Logits → standardized log-weights (softmax of the result is the sampling distribution).
+
+  Args:
+    logits: float `[..., vocab]`.
+    temperature: scalar or array broadcastable to `logits.shape[:-1]` (e.g. `[batch]`
+      with logits `[batch, vocab]`, or `[batch, 1]` with `[batch, k, vocab]`).
+    topk: static int, 0 = off.
+    topp: float in [0, 1], 0 = off (may be traced).
+  Returns:
+    float32 `[..., vocab]`: `logits / temperature` with masked tokens at NEG_INF; for
+    greedy rows (temperature ≤ MIN_TEMPERATURE) 0 at `argmax(logits)` and NEG_INF elsewhere.
+  """
+  logits = logits.astype(jnp.float32)
+  greedy_std = jnp.where(
+      jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.bool_),
+      0.0, NEG_INF)
+  if is_static_greedy(temperature):
+    return greedy_std
+  temperature = jnp.asarray(temperature, jnp.float32)
+  scaled = logits / jnp.maximum(temperature, MIN_TEMPERATURE)[..., None]
+  if topk:
+    scaled = topk_mask(scaled, topk)
+  if isinstance(topp, jax.core.Tracer) or topp:
+    scaled = topp_mask(scaled, topp)
+  return jnp.where((temperature <= MIN_TEMPERATURE)[..., None], greedy_std, scaled)
+
+
+def probs_from_logits(std_logits):
+  """Standardized log-weights → probabilities (float32, sums to 1 on the last axis)."""
+  return jax.nn.softmax(std_logits, axis=-1)
+
+
+def sample_rows(keys, std_logits):
+  """One categorical sample per row with its own key.
+
+  Args:
+    keys: `[batch]` PRNG keys (or `[batch, 2]` raw uint32 keys).
+    std_logits: `[batch, vocab]`.
+  Returns:
+    int32 `[batch]`.
+  """
+  return jax.vmap(jax.random.categorical)(keys, std_logits).astype(jnp.int32)
+
+
+def match_vocab(logits, vocab_size: int, real_vocab_size: int | None = None):
+  """Pads (with NEG_INF) or truncates the last axis of `logits` to `vocab_size`.
+
+  Used to put a draft whose embedding is padded differently onto the target's ids;
+  ids at or beyond `real_vocab_size` (when given) get NEG_INF, i.e. probability 0.
+  """
+  have = logits.shape[-1]
+  if have < vocab_size:
+    pad = [(0, 0)] * (logits.ndim - 1) + [(0, vocab_size - have)]
+    logits = jnp.pad(logits, pad, constant_values=NEG_INF)
+  elif have > vocab_size:
+    logits = logits[..., :vocab_size]
+  if real_vocab_size is not None and real_vocab_size < vocab_size:
+    ids = jnp.arange(vocab_size)
+    logits = jnp.where(ids >= real_vocab_size, NEG_INF, logits)
+  return logits
