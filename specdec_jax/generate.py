@@ -138,6 +138,13 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
                          max_decode_steps)
   if not isinstance(gamma, int) or gamma < 1:
     raise ValueError(f'gamma (γ, draft tokens per round) must be an int >= 1, got {gamma!r}.')
+  if real_vocab_size is not None:
+    for name, m in (('target_model', target_model), ('draft_model', draft_model)):
+      if m.config.vocab_size < real_vocab_size:
+        raise ValueError(
+            f'{name} has vocab_size {m.config.vocab_size} < real_vocab_size '
+            f'{real_vocab_size}: the two models do not share the same token ids; use a '
+            'draft trained with the target\'s vocabulary.')
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)
   if draft_encoder_input_tokens is None:

@@ -1,0 +1,37 @@
+"""Shared fixtures: small random T5 models (built once per session)."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+jax.config.update('jax_default_matmul_precision', 'highest')
+
+from specdec_jax.models import t5  # noqa: E402
+from specdec_jax.models.config import T5Config  # noqa: E402
+
+
+def small_config(**overrides) -> T5Config:
+  base = dict(vocab_size=64, emb_dim=32, num_heads=4, num_encoder_layers=2,
+              num_decoder_layers=2, head_dim=8, mlp_dim=64,
+              mlp_activations=('gelu', 'linear'), dropout_rate=0.0,
+              logits_via_embedding=False)
+  base.update(overrides)
+  return T5Config(**base)
+
+
+class Pair:
+  """A random target and two drafts: an untrained random one and a tiny one."""
+
+  def __init__(self):
+    self.config = small_config()
+    self.model = t5.Transformer(self.config)
+    self.params = t5.init_params(self.config, jax.random.PRNGKey(0))
+    self.draft_config = small_config(emb_dim=16, num_decoder_layers=1, num_encoder_layers=1)
+    self.draft_model = t5.Transformer(self.draft_config)
+    self.draft_params = t5.init_params(self.draft_config, jax.random.PRNGKey(1))
+
+
+@pytest.fixture(scope='session')
+def pair():
+  return Pair()
