@@ -15,6 +15,7 @@ therefore never read, and "rolling back" is simply not advancing `lengths`.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax
@@ -365,8 +366,9 @@ def params_axes(config: T5Config):
   return strip(axes)
 
 
+@functools.lru_cache(maxsize=64)
 def param_shapes(config: T5Config):
-  """`{path: shape}` of the params a `Transformer(config)` expects (no allocation)."""
+  """`{path: shape}` of the params a `Transformer(config)` expects (no allocation, cached)."""
   shapes = jax.eval_shape(lambda: init_params(config, jax.random.PRNGKey(0), 2, 2))
   return {jax.tree_util.keystr(p): tuple(v.shape)
           for p, v in jax.tree_util.tree_flatten_with_path(shapes)[0]}
