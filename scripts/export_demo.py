@@ -1,0 +1,75 @@
+r"""Exports the trained demo pair into `specdec_jax/assets/demo_ende/` (T5X legacy checkpoints).
+
+  python scripts/export_demo.py --target_run=runs/target_ende --draft_run=runs/draft_ende \
+      [--out=specdec_jax/assets/demo_ende] [--dtype=bfloat16]
+
+Writes `<out>/target/checkpoint_<step>/` and `<out>/draft/checkpoint_<step>/` with
+`specdec_jax.checkpoints.save_t5x_checkpoint` (TensorStore/zarr arrays beside the msgpack,
+as T5X does), a `config.json` (T5Config) next to each, and `<out>/pair.json` recording both
+configs, the vocabulary and the training summaries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import shutil
+import sys
+
+import jax.numpy as jnp
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from specdec_jax import train as train_lib  # noqa: E402
+from specdec_jax.models import t5  # noqa: E402
+
+
+def export_model(run_dir, out_dir, dtype):
+  from specdec_jax import checkpoints
+  run_dir, out_dir = pathlib.Path(run_dir), pathlib.Path(out_dir)
+  config, params = train_lib.load_run(run_dir)
+  t5.check_params(params, config)
+  summary = json.loads((run_dir / 'summary.json').read_text())
+  step = int(summary['steps'])
+  if out_dir.exists():
+    shutil.rmtree(out_dir)
+  out_dir.mkdir(parents=True)
+  path = checkpoints.save_t5x_checkpoint(params, out_dir, step, dtype=dtype)
+  (out_dir / 'config.json').write_text(json.dumps(train_lib.config_to_dict(config), indent=2))
+  # Round trip: what is shipped loads back onto the config.
+  loaded = checkpoints.load_t5x_checkpoint(out_dir, config=config)
+  t5.check_params(loaded, config)
+  return config, step, path, summary
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser()
+  p.add_argument('--target_run', default='runs/target_ende')
+  p.add_argument('--draft_run', default='runs/draft_ende')
+  p.add_argument('--out', default='specdec_jax/assets/demo_ende')
+  p.add_argument('--dtype', default='bfloat16')
+  args = p.parse_args(argv)
+  dtype = jnp.dtype(args.dtype).type
+  out = pathlib.Path(args.out)
+  pair = {'task': 'translate English to German (Multi30K)',
+          'input_prefix': 'translate English to German: ',
+          'vocabulary': {'path': 'vocab/ende8k.model', 'extra_ids': 100,
+                         'usage': 'seqio.SentencePieceVocabulary(path, extra_ids=100)'},
+          'storage_dtype': args.dtype, 'eos_id': 1, 'pad_id': 0}
+  for role, run in (('target', args.target_run), ('draft', args.draft_run)):
+    if run is None or not pathlib.Path(run, 'params.msgpack').exists():
+      print(f'skipping {role}: no finished run at {run}')
+      continue
+    config, step, path, summary = export_model(run, out / role, dtype)
+    pair[role] = {'checkpoint': f'{role}/checkpoint_{step}', 'step': step,
+                  'params': train_lib.param_count(train_lib.load_run(run)[1]),
+                  't5_config': train_lib.config_to_dict(config),
+                  'train_summary': {k: v for k, v in summary.items() if k != 'config'}}
+    pair[f'{role}_config'] = pair[role]['t5_config']  # the key specdec_jax.decode reads
+    print(role, path)
+  (out / 'pair.json').write_text(json.dumps(pair, indent=2))
+  print(json.dumps({k: v for k, v in pair.items() if k not in ('target', 'draft')}))
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,107 @@
+"""Gin registrations that let T5X-style gin files configure this package.
+
+Importing this module (a gin file does it with `import specdec_jax.gin_utils`)
+registers, under T5X's binding names:
+
+  network.T5Config                      specdec_jax.models.config.T5Config
+  network.Transformer                   a factory returning specdec_jax.models.t5.Transformer
+  network.float32, network.bfloat16     dtype constants (`dtype = %network.bfloat16`)
+  seqio.SentencePieceVocabulary         seqio's class, imported only when called
+                                        (seqio pulls in TensorFlow)
+  optax.adafactor                       optax's Adafactor (stands in for T5X's
+                                        `adafactor.Adafactor` as `optimizer_def`)
+  models.SpeculativeEncoderDecoderModel specdec_jax.t5x_model.SpeculativeEncoderDecoderModel
+  specdec_jax.decoding.temperature_sample  the target-only baseline `decode_fn`
+  specdec_jax.t5_vocab_path             path of the shared T5 SentencePiece model
+
+so `network.T5Config.emb_dim = 512`, `network.Transformer.config = @network.T5Config()`
+and `MODEL = @models.SpeculativeEncoderDecoderModel()` read as in T5X's gin files.
+It also adds the repository root to gin's search path, so
+`include 'configs/models/t5_1_1/base.gin'` resolves from any working directory.
+
+These are static (classic) gin registrations; T5X's own files use
+`from __gin__ import dynamic_registration`. Do not load T5X's
+`t5x/examples/t5/*.gin` in the same config: include ours instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+import gin
+import optax
+
+# `specdec_jax.train` registers network.T5Config and the network.float32 /
+# network.bfloat16 constants; importing it first keeps a single registration
+# whichever of the two modules is imported first.
+from specdec_jax import train as _train  # noqa: F401  pylint: disable=unused-import
+from specdec_jax import decoding, paths
+from specdec_jax.models import t5
+from specdec_jax.models.config import T5Config
+from specdec_jax.t5x_model import SpeculativeEncoderDecoderModel
+
+_log = logging.getLogger(__name__)
+
+
+def _register(fn_or_cls, name: str, module: str):
+  """`gin.external_configurable`, tolerating an existing registration of the same name."""
+  try:
+    return gin.external_configurable(fn_or_cls, name=name, module=module)
+  except ValueError as e:  # e.g. a second registration under the same selector
+    if 'already' not in str(e):
+      raise
+    _log.warning('gin: %s.%s is already registered; keeping the existing one.', module, name)
+    return gin.get_configurable(f'{module}.{name}')
+
+
+def transformer(config: T5Config = gin.REQUIRED) -> t5.Transformer:
+  """`network.Transformer(config)`: our T5 with T5X's param tree (no params allocated)."""
+  return t5.Transformer(config)
+
+
+def sentencepiece_vocabulary(sentencepiece_model_file: str = gin.REQUIRED,
+                             extra_ids: int = 0, normalizer_spec_overrides=None,
+                             reverse_extra_ids: bool = True,
+                             use_fast_tokenizer: bool = False):
+  """`seqio.SentencePieceVocabulary(...)`, importing seqio (and TensorFlow) only now.
+
+  Raises:
+    FileNotFoundError: a local `sentencepiece_model_file` that does not exist.
+  """
+  path = os.fspath(sentencepiece_model_file)
+  if '://' not in path and not os.path.exists(path):
+    raise FileNotFoundError(f'SentencePiece model {path!r} not found; bind VOCAB_PATH (or '
+                            'seqio.SentencePieceVocabulary.sentencepiece_model_file) to it.')
+  import seqio  # pylint: disable=g-import-not-at-top
+  return seqio.SentencePieceVocabulary(
+      path, extra_ids=extra_ids, normalizer_spec_overrides=normalizer_spec_overrides,
+      reverse_extra_ids=reverse_extra_ids, use_fast_tokenizer=use_fast_tokenizer)
+
+
+def t5_vocab_path(data_dir: Optional[str] = None) -> str:
+  """Path of the shared T5 SentencePiece model: `<data_dir>/t5_vocab/sentencepiece.model`.
+
+  `data_dir` defaults to `$SPECDEC_DATA`, else `<repo>/../shared/data`.
+
+  Raises:
+    FileNotFoundError: the data folder or the model file does not exist.
+  """
+  root = paths.data_dir() if data_dir is None else os.fspath(data_dir)
+  path = os.path.join(root, 't5_vocab', 'sentencepiece.model')
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'T5 SentencePiece model not found at {path!r}; bind VOCAB_PATH '
+                            'to its location (e.g. gs://t5-data/vocabs/cc_all.32000/'
+                            'sentencepiece.model).')
+  return path
+
+
+_register(transformer, 'Transformer', 'network')
+_register(sentencepiece_vocabulary, 'SentencePieceVocabulary', 'seqio')
+_register(optax.adafactor, 'adafactor', 'optax')
+_register(SpeculativeEncoderDecoderModel, 'SpeculativeEncoderDecoderModel', 'models')
+_register(decoding.temperature_sample, 'temperature_sample', 'specdec_jax.decoding')
+_register(t5_vocab_path, 't5_vocab_path', 'specdec_jax')
+
+gin.add_config_file_search_path(str(paths.REPO_ROOT))

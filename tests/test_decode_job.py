@@ -1,0 +1,355 @@
+"""End-to-end tests of the decode job (`python -m specdec_jax.decode`) on tiny models.
+
+Target: T5X's own testdata checkpoint `test_t5_tiny.checkpoint_0` (T5 1.1, emb 8,
+vocab 32128); draft: a random 1+1-layer T5 1.1 written with
+`checkpoints.save_t5x_checkpoint`; vocabulary: the standard T5 SentencePiece model
+from the shared data. Only two programs are compiled (speculative and baseline).
+"""
+
+import gzip
+import json
+import pathlib
+
+import gin
+import jax
+import numpy as np
+import pytest
+
+from specdec_jax import decode as decode_lib
+from specdec_jax import inputs as inputs_lib
+from specdec_jax import paths
+from specdec_jax.models import t5
+from specdec_jax.models.config import T5Config
+
+DRAFT = T5Config(vocab_size=32128, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
+                 num_encoder_layers=1, num_decoder_layers=1,
+                 mlp_activations=('gelu', 'linear'), logits_via_embedding=False,
+                 dropout_rate=0.0)
+
+SOURCES = [
+    'A dog runs in the park.',
+    'Two men are talking.',
+    # Over-long with max_input_len=16: truncated (the documented default).
+    'A very long sentence about a woman who walks with her three small children along '
+    'the river on a sunny day in the middle of the summer.',
+    'A girl is reading.',
+    'The cat sleeps.',
+]
+REFERENCES = ['Ein Hund rennt im Park.', 'Zwei Männer unterhalten sich.',
+              'Ein sehr langer Satz.', 'Ein Mädchen liest.', 'Die Katze schläft.']
+
+
+@pytest.fixture(autouse=True)
+def _clear_gin():
+  yield
+  gin.clear_config()
+
+
+@pytest.fixture(scope='module')
+def shared():
+  try:
+    root = paths.data_dir()
+  except FileNotFoundError as e:
+    pytest.skip(str(e))
+  target = root / 't5x_checkpoints' / 'test_t5_tiny.checkpoint_0'
+  vocab = root / 't5_vocab' / 'sentencepiece.model'
+  for p in (target, vocab):
+    if not p.exists():
+      pytest.skip(f'{p} is missing')
+  return target, vocab
+
+
+@pytest.fixture(scope='module')
+def pair(shared, tmp_path_factory):
+  """(gin file binding the tiny pair, folder) — the draft saved as a T5X checkpoint."""
+  checkpoints = pytest.importorskip('specdec_jax.checkpoints')
+  if not hasattr(checkpoints, 'save_t5x_checkpoint'):
+    pytest.skip('specdec_jax.checkpoints.save_t5x_checkpoint is not available')
+  target, vocab = shared
+  root = tmp_path_factory.mktemp('pair')
+  draft_dir = root / 'draft'
+  checkpoints.save_t5x_checkpoint(t5.init_params(DRAFT, jax.random.PRNGKey(7), 4, 4),
+                                  draft_dir, step=3)
+  gin_file = root / 'tiny_pair.gin'
+  lines = [
+      'decode.pair_dir = None',
+      f"decode.target_checkpoint = '{target}'",
+      f"decode.draft_checkpoint = '{draft_dir}'",
+      f"decode.vocab_path = '{vocab}'",
+      'decode.target_config = @target/network.T5Config()',
+      'decode.draft_config = @draft/network.T5Config()',
+      'decode.max_input_len = 16',
+      'decode.max_decode_len = 10',
+      'decode.batch_size = 3',
+      'decode.gamma = 3',
+  ]
+  for scope, cfg in (('target', dict(emb_dim=8, num_heads=4, head_dim=3, mlp_dim=16,
+                                     num_encoder_layers=2, num_decoder_layers=2)),
+                     ('draft', dict(emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
+                                    num_encoder_layers=1, num_decoder_layers=1))):
+    cfg.update(vocab_size=32128, dropout_rate=0.0, logits_via_embedding=False)
+    lines += [f'{scope}/network.T5Config.{k} = {v!r}' for k, v in cfg.items()]
+    lines.append(f"{scope}/network.T5Config.mlp_activations = ('gelu', 'linear')")
+  gin_file.write_text('\n'.join(lines) + '\n')
+  return gin_file, root
+
+
+def _tsv(folder: pathlib.Path) -> pathlib.Path:
+  path = folder / 'inputs.tsv'
+  path.write_text(''.join(f'{s}\t{r}\n' for s, r in zip(SOURCES, REFERENCES)),
+                  encoding='utf-8')
+  return path
+
+
+def _argv(gin_file, *bindings):
+  return ['--gin_file=configs/runs/decode.gin', f'--gin_file={gin_file}',
+          *[f'--gin.{b}' for b in bindings]]
+
+
+def _read_jsonl(path):
+  return [json.loads(line) for line in pathlib.Path(path).read_text().splitlines()]
+
+
+def test_speculative_job_matches_baseline(pair, tmp_path, capsys):
+  gin_file, _ = pair
+  inp = _tsv(tmp_path)
+  outputs = {}
+  for method in ('speculative', 'baseline'):
+    out = tmp_path / f'{method}.jsonl'
+    rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                               f"decode.output_path='{out}'", f"decode.method='{method}'"))
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    # The over-long input is truncated with exactly one warning.
+    assert err.count('warning:') == 1 and 'truncated' in err and 'inputs.tsv:3' in err
+    rows = _read_jsonl(out)
+    assert [r['inputs'] for r in rows] == SOURCES
+    assert [r['targets'] for r in rows] == REFERENCES
+    assert [r.get('truncated', False) for r in rows] == [False, False, True, False, False]
+    for r in rows:
+      assert set(r) >= {'inputs', 'prediction', 'targets', 'target_calls', 'drafted',
+                        'accepted', 'tokens'}
+      assert 1 <= r['tokens'] <= 10 and 1 <= r['target_calls'] <= r['tokens']
+      assert 0 <= r['accepted'] <= r['drafted']
+    summary = json.loads((tmp_path / f'{method}.jsonl.summary.json').read_text())
+    assert summary['examples'] == 5 and summary['batches'] == 2
+    assert summary['padding_rows'] == 1 and summary['truncated_inputs'] == 1
+    assert summary['compile_s'] is not None and summary['run_s'] > 0
+    assert summary['tokens'] == sum(r['tokens'] for r in rows)
+    assert isinstance(summary['bleu'], float)
+    assert not list(tmp_path.glob('.*.tmp'))
+    outputs[method] = (rows, summary)
+
+  spec, base = outputs['speculative'][0], outputs['baseline'][0]
+  # Greedy speculative decoding is exact: same text, same length.
+  assert [r['prediction'] for r in spec] == [r['prediction'] for r in base]
+  assert [r['tokens'] for r in spec] == [r['tokens'] for r in base]
+  assert all(r['drafted'] == 0 and r['target_calls'] == r['tokens'] for r in base)
+  s = outputs['speculative'][1]
+  assert s['drafted'] > 0 and 0.0 <= s['alpha'] <= 1.0 + 1e-6
+  assert s['tokens_per_target_call'] >= 1.0
+  assert outputs['baseline'][1]['tokens_per_target_call'] == 1.0
+
+
+def _assert_clean_failure(rc, capsys, out, *needles, code=2):
+  err = capsys.readouterr().err
+  assert rc == code, err
+  assert 'Traceback' not in err and 'In call to configurable' not in err
+  for needle in needles:
+    assert needle in err, err
+  assert not out.exists()
+  assert not list(out.parent.glob(f'.{out.name}.*'))
+  return err
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+  """Fails the test if a checkpoint is loaded (errors must come before that)."""
+  from specdec_jax import checkpoints
+
+  def boom(*a, **k):
+    raise AssertionError('checkpoint loaded before the input was validated')
+  monkeypatch.setattr(checkpoints, 'load_t5x_checkpoint', boom)
+
+
+def test_missing_input_file(pair, tmp_path, capsys, no_loading):
+  gin_file, _ = pair
+  out = tmp_path / 'o.jsonl'
+  missing = tmp_path / 'nope.txt'
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{missing}'",
+                             f"decode.output_path='{out}'"))
+  _assert_clean_failure(rc, capsys, out, str(missing), 'not found')
+
+
+def test_empty_line_names_file_and_line(pair, tmp_path, capsys, no_loading):
+  gin_file, _ = pair
+  inp = tmp_path / 'in.txt'
+  inp.write_text('A dog.\nA cat.\n\nA bird.\n')
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{out}'"))
+  _assert_clean_failure(rc, capsys, out, f'{inp}:3', 'empty')
+
+
+def test_over_long_input_error_mode(pair, tmp_path, capsys, no_loading):
+  gin_file, _ = pair
+  inp = tmp_path / 'in.txt'
+  inp.write_text('A dog.\n' + 'word ' * 40 + '\n')
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{out}'", "decode.on_long_input='error'"))
+  _assert_clean_failure(rc, capsys, out, f'{inp}:2', 'max_input_len=16')
+
+
+@pytest.mark.parametrize('binding, needle', [
+    ('decode.gama=3', "doesn't have a parameter named 'gama'"),
+    ('decod.gamma=3', "No configurable matching 'decod'"),
+])
+def test_unknown_gin_binding(pair, tmp_path, capsys, binding, needle):
+  gin_file, _ = pair
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, binding, f"decode.output_path='{out}'"))
+  err = _assert_clean_failure(rc, capsys, out, 'invalid gin configuration', needle)
+  assert binding.split('=')[0] in err.replace(' = ', '=').replace(' ', '')
+
+
+def test_unknown_gin_binding_raises_in_library_use(pair):
+  gin_file, _ = pair
+  with pytest.raises(ValueError, match='gama'):
+    decode_lib.run(_argv(gin_file, 'decode.gama=3'))
+
+
+def test_wrong_shape_checkpoint(pair, tmp_path, capsys):
+  gin_file, _ = pair
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, 'draft/network.T5Config.emb_dim=16',
+                             f"decode.output_path='{out}'"))
+  err = _assert_clean_failure(rc, capsys, out, 'decode.draft_checkpoint', 'shape')
+  assert '16' in err and '8' in err
+
+
+def test_missing_checkpoint_binding(pair, tmp_path, capsys, no_loading):
+  gin_file, _ = pair
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, 'decode.target_checkpoint=None',
+                             f"decode.output_path='{out}'"))
+  _assert_clean_failure(rc, capsys, out, 'bind decode.target_checkpoint=')
+  rc = decode_lib.main(_argv(gin_file, f"decode.target_checkpoint='{tmp_path / 'none'}'",
+                             f"decode.output_path='{out}'"))
+  _assert_clean_failure(rc, capsys, out, 'decode.target_checkpoint', str(tmp_path / 'none'))
+
+
+def test_t5_1_1_pair_config_needs_checkpoints(tmp_path, capsys, no_loading):
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(['--gin_file=configs/runs/decode.gin',
+                        '--gin_file=configs/pairs/t5_1_1_small_to_xxl.gin',
+                        f"--gin.decode.output_path='{out}'"])
+  _assert_clean_failure(rc, capsys, out, 'bind decode.target_checkpoint=')
+
+
+def test_demo_pair_missing_is_reported(tmp_path, capsys, monkeypatch):
+  monkeypatch.setattr(paths, 'ASSETS_DIR', tmp_path / 'assets')
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(['--gin_file=configs/runs/decode.gin',
+                        f"--gin.decode.output_path='{out}'"])
+  _assert_clean_failure(rc, capsys, out, 'demo model pair is not available', code=3)
+
+
+def test_error_during_decoding_leaves_no_output(pair, tmp_path, monkeypatch, capsys):
+  gin_file, _ = pair
+  inp = tmp_path / 'in.txt'
+  inp.write_text('\n'.join(SOURCES[:2] + SOURCES[3:]) + '\n')
+  out = tmp_path / 'o.jsonl'
+  calls = []
+
+  def fake(p, batch, bi):  # First batch fine (and written), then a failure.
+    calls.append(bi)
+    if len(calls) > 2:  # warm-up + first batch
+      raise RuntimeError('device lost')
+    n = batch.tokens.shape[0]
+    ones = np.ones(n, np.int64)
+    return np.ones((n, 10), np.int32), dict(target_calls=ones, drafted=ones, accepted=ones,
+                                            alpha_sum=ones * 1.0, alpha_count=ones,
+                                            tokens=ones)
+  monkeypatch.setattr(decode_lib, '_decode_batch', fake)
+  with pytest.raises(RuntimeError, match='device lost'):
+    decode_lib.run(_argv(gin_file, f"decode.input_path='{inp}'",
+                         f"decode.output_path='{out}'"))
+  assert not out.exists() and not decode_lib.summary_path_for(out).exists()
+  assert not list(tmp_path.glob('.o.jsonl.*'))
+
+
+# --- inputs without models -------------------------------------------------------
+
+def test_input_formats(tmp_path):
+  txt = tmp_path / 'a.txt'
+  txt.write_bytes('One.\r\nTwo words.\n'.encode())
+  assert [r.inputs for r in inputs_lib.read_file(txt)] == ['One.', 'Two words.']
+  gz = tmp_path / 'b.tsv.gz'
+  with gzip.open(gz, 'wt', encoding='utf-8') as f:
+    f.write('Hello.\tHallo.\nBye.\n')
+  recs = inputs_lib.read_file(gz)
+  assert [(r.inputs, r.targets) for r in recs] == [('Hello.', 'Hallo.'), ('Bye.', None)]
+  js = tmp_path / 'c.jsonl'
+  js.write_text('{"src": "Hi.", "ref": "Hallo."}\n{"src": "Yo."}\n')
+  recs = inputs_lib.read_file(js, input_field='src', target_field='ref')
+  assert [(r.inputs, r.targets) for r in recs] == [('Hi.', 'Hallo.'), ('Yo.', None)]
+  with pytest.raises(ValueError, match=r'c\.jsonl:1: no field'):
+    inputs_lib.read_file(js)
+  bad = tmp_path / 'd.tsv'
+  bad.write_text('a\tb\tc\n')
+  with pytest.raises(ValueError, match=r'd\.tsv:1: 3 tab-separated columns'):
+    inputs_lib.read_file(bad)
+  with pytest.raises(ValueError, match='is a folder'):
+    inputs_lib.read_file(tmp_path)
+  builtin = inputs_lib.read_records()
+  assert len(builtin) == 8 and all(r.targets is None for r in builtin)
+
+
+def test_seqio_task_inputs():
+  try:
+    root = paths.data_dir()
+  except FileNotFoundError as e:
+    pytest.skip(str(e))
+  recs = inputs_lib.read_records(task_name='specdec_ende_multi30k', task_split='test',
+                                 max_examples=3)
+  with gzip.open(root / 'ende/multi30k/test_2016_flickr.en.gz', 'rt') as f:
+    en = [next(f).rstrip('\n') for _ in range(3)]
+  with gzip.open(root / 'ende/multi30k/test_2016_flickr.de.gz', 'rt') as f:
+    de = [next(f).rstrip('\n') for _ in range(3)]
+  assert [r.inputs for r in recs] == ['translate English to German: ' + s for s in en]
+  assert [r.targets for r in recs] == de and all(r.prefixed for r in recs)
+  with pytest.raises(ValueError, match='Unknown seqio task'):
+    inputs_lib.read_records(task_name='no_such_task')
+
+
+def test_pair_dir_with_pair_json(pair, shared, tmp_path):
+  """A pair folder like the shipped demo pair: pair.json + target/ + draft/ + vocab/."""
+  import shutil
+  gin_file, root = pair
+  target, vocab = shared
+  folder = tmp_path / 'my_pair'
+  (folder / 'vocab').mkdir(parents=True)
+  shutil.copy(vocab, folder / 'vocab' / 't5.model')
+  (folder / 'target').mkdir()
+  shutil.copy(target, folder / 'target' / 'checkpoint_0')  # A single msgpack file.
+  shutil.copytree(root / 'draft', folder / 'draft')
+  target_cfg = dict(vocab_size=32128, emb_dim=8, num_heads=4, head_dim=3, mlp_dim=16,
+                    num_encoder_layers=2, num_decoder_layers=2, dtype='float32',
+                    mlp_activations=['gelu', 'linear'], dropout_rate=0.0,
+                    logits_via_embedding=False)
+  draft_cfg = dict(target_cfg, num_heads=2, head_dim=4, num_encoder_layers=1,
+                   num_decoder_layers=1)
+  (folder / 'pair.json').write_text(json.dumps(
+      {'target': {'config': target_cfg}, 'draft': draft_cfg}))
+  decode_lib.parse_gin(['configs/runs/decode.gin'],
+                       [f"decode.pair_dir = '{folder}'",
+                        f"decode.output_path = '{tmp_path / 'o.jsonl'}'"])
+  prepared = decode_lib.decode(prepare_only=True)
+  assert prepared.pair.name == 'my_pair'
+  assert prepared.pair.target_config.num_heads == 4
+  assert prepared.pair.draft_config.num_decoder_layers == 1
+  assert prepared.pair.draft_checkpoint == str((folder / 'draft').resolve())
+  assert len(prepared.examples) == 8  # The built-in examples.
+  assert prepared.target_params['decoder']['logits_dense']['kernel'].shape == (8, 32128)
+  assert not (tmp_path / 'o.jsonl').exists()

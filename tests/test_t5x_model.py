@@ -1,0 +1,316 @@
+"""SpeculativeEncoderDecoderModel: T5X's EncoderDecoderModel contract, and the gin configs.
+
+Tiny random models (conftest `pair`: vocab 64, emb 32/16); fake seqio-like vocabularies
+(tiny SentencePiece models trained on the fly) so that TensorFlow is never imported.
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import pathlib
+
+import gin
+import jax
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+from specdec_jax import generate
+from specdec_jax import gin_utils  # noqa: F401  (registers network.*, models.*, ...)
+from specdec_jax.models import t5
+from specdec_jax.models.config import PRESETS
+from specdec_jax.t5x_model import SpeculativeEncoderDecoderModel
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+MAX_LEN = 8
+ENC = np.array([[5, 6, 7, 8, 9, 1], [11, 12, 13, 1, 0, 0], [14, 1, 0, 0, 0, 0]], np.int32)
+TINY_T5X = REPO.parent / 'shared' / 'data' / 't5x_checkpoints' / 'test_t5_tiny.checkpoint_0'
+
+
+class FakeVocab:
+  """The parts of `seqio.SentencePieceVocabulary` the model uses."""
+
+  def __init__(self, tokenizer=None, size=60, eos_id=1):
+    self.tokenizer = tokenizer
+    self.vocab_size = tokenizer.get_piece_size() if tokenizer is not None else size
+    self.eos_id = eos_id
+
+  def decode(self, ids):
+    return ' '.join(f'<{i}>' for i in ids)
+
+
+def train_sp(lines, vocab_size=32):
+  out = io.BytesIO()
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(lines * 5), model_writer=out, vocab_size=vocab_size,
+      model_type='unigram', pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
+      hard_vocab_limit=False, minloglevel=2)
+  return spm.SentencePieceProcessor(model_proto=out.getvalue())
+
+
+EN = ['the cat sat on the mat', 'a dog ran in the park', 'the bird sang a song',
+      'cats and dogs play', 'the sun is hot today']
+DE = ['der hund lief im park', 'die katze sass auf der matte', 'ein vogel sang ein lied',
+      'katzen und hunde spielen', 'die sonne ist heiss']
+
+
+def make_model(pair, **kwargs):
+  vocab = kwargs.pop('vocab', FakeVocab(size=60))
+  return SpeculativeEncoderDecoderModel(
+      pair.model, vocab, vocab, optimizer_def=None, draft_module=pair.draft_model,
+      draft_params=kwargs.pop('draft_params', pair.draft_params), **kwargs)
+
+
+def t5x_batch(decoder_input_tokens=None):
+  targets = np.array([[3, 4, 5, 1, 0, 0, 0, 0], [6, 7, 1, 0, 0, 0, 0, 0],
+                      [8, 9, 10, 11, 12, 13, 14, 1]], np.int32)
+  inputs = np.concatenate([np.zeros((3, 1), np.int32), targets[:, :-1]], axis=1)
+  return {'encoder_input_tokens': ENC,
+          'decoder_input_tokens': inputs if decoder_input_tokens is None
+          else decoder_input_tokens,
+          'decoder_target_tokens': targets,
+          'decoder_loss_weights': (targets > 0).astype(np.float32)}
+
+
+@pytest.fixture(scope='module')
+def model(pair):
+  return make_model(pair, gamma=3)
+
+
+def greedy_reference(pair, decoder_prompt=None):
+  # num_decodes=2 everywhere: one baseline compilation (the prompt is a traced input);
+  # at temperature 0 both decodes are the greedy decode.
+  return generate.t5_generate(pair.model, pair.params, ENC, MAX_LEN, eos_id=1, num_decodes=2,
+                              decoder_prompt=decoder_prompt)
+
+
+def test_predict_greedy_equals_target_greedy(pair, model):
+  batch = t5x_batch()
+  ref, ref_lp = greedy_reference(pair)
+  decodes, aux = model.predict_batch_with_aux(pair.params, batch, return_all_decodes=True,
+                                              num_decodes=2)
+  assert decodes.shape == (3, 2, MAX_LEN) and aux['scores'].shape == (3, 2)
+  np.testing.assert_array_equal(decodes, ref)
+  np.testing.assert_allclose(aux['scores'], ref_lp)
+  for key in ('target_calls', 'drafted', 'accepted', 'alpha'):
+    assert aux[key].shape == (3, 2), key
+  assert np.all(aux['accepted'] <= aux['drafted'])
+  assert np.all(aux['drafted'] <= 3 * aux['target_calls'])
+  assert np.all((aux['alpha'] >= 0) & (aux['alpha'] <= 1))
+
+  # return_all_decodes=False: the best (last) decode, T5X shapes [batch, len] / [batch].
+  best, aux1 = model.predict_batch_with_aux(pair.params, batch, return_all_decodes=False,
+                                            num_decodes=2)
+  assert best.shape == (3, MAX_LEN) and aux1['scores'].shape == (3,)
+  np.testing.assert_array_equal(best, ref[:, -1])
+  assert aux1['target_calls'].shape == (3,)
+
+
+def test_predict_default_shapes_and_prompt(pair, model):
+  ref, _ = greedy_reference(pair)
+  decodes, aux = model.predict_batch_with_aux(pair.params, t5x_batch())
+  assert decodes.shape == (3, MAX_LEN) and aux['scores'].shape == (3,)
+  np.testing.assert_array_equal(decodes, ref[:, 0])
+  np.testing.assert_array_equal(model.predict_batch(pair.params, t5x_batch()), decodes)
+
+  # prompt_with_targets: decoder_input_tokens after the leading 0 are forced (EOS
+  # stripped, as in T5X), then decoding continues.
+  dit = np.zeros((3, MAX_LEN), np.int32)
+  dit[0, 1:4] = [20, 21, 22]
+  dit[1, 1:3] = [30, 1]  # EOS in the prompt is stripped
+  prompt = np.concatenate([dit[:, 1:] * (dit[:, 1:] != 1), np.zeros((3, 1), np.int32)], 1)
+  ref_p, _ = greedy_reference(pair, prompt)
+  got, _ = model.predict_batch_with_aux(pair.params, t5x_batch(dit), prompt_with_targets=True)
+  np.testing.assert_array_equal(got, ref_p[:, 0])
+  np.testing.assert_array_equal(got[0, :3], [20, 21, 22])
+  assert got[1, 0] == 30
+
+
+def test_decoder_params_errors(pair, model):
+  batch = t5x_batch()
+  with pytest.raises(ValueError, match='both'):
+    model.predict_batch_with_aux(pair.params, batch, rng=jax.random.PRNGKey(1),
+                                 decoder_params={'decode_rng': jax.random.PRNGKey(2)})
+  with pytest.raises(ValueError, match='Unknown decoder_params'):
+    model.predict_batch_with_aux(pair.params, batch, decoder_params={'beam_size': 4})
+  with pytest.raises(ValueError, match='topk'):
+    model.predict_batch_with_aux(pair.params, batch, decoder_params={'topk': 5, 'topp': 0.9})
+  with pytest.raises(ValueError, match='gamma'):
+    model.predict_batch_with_aux(pair.params, batch, decoder_params={'gamma': 0})
+  with pytest.raises(ValueError, match='lacks'):
+    model.predict_batch_with_aux(pair.params, {'encoder_input_tokens': ENC})
+
+
+def test_score_batch_and_loss(pair, model):
+  batch = t5x_batch()
+  logits = jax.jit(pair.model.apply, static_argnames='enable_dropout')(
+      {'params': pair.params}, batch['encoder_input_tokens'], batch['decoder_input_tokens'],
+      batch['decoder_target_tokens'], enable_dropout=False)
+  lp = jax.nn.log_softmax(np.asarray(logits, np.float64), axis=-1)
+  tok = np.take_along_axis(lp, batch['decoder_target_tokens'][..., None], -1)[..., 0]
+  expected = np.sum(tok * batch['decoder_loss_weights'], axis=-1)
+  scores = model.score_batch(pair.params, batch)
+  assert scores.shape == (3,)
+  np.testing.assert_allclose(scores, expected, rtol=1e-5, atol=1e-5)
+
+  # Custom loss weights, and the default (targets > 0) when they are absent.
+  weights = np.zeros((3, MAX_LEN), np.float32)
+  weights[:, 0] = 1.0
+  scores_w, inter = model.score_batch(pair.params, dict(batch, decoder_loss_weights=weights),
+                                      return_intermediates=True)
+  np.testing.assert_allclose(scores_w, tok[:, 0], rtol=1e-5, atol=1e-5)
+  assert inter['decoder']['token_scores'][0].shape == (3, MAX_LEN)
+  no_w = {k: v for k, v in batch.items() if k != 'decoder_loss_weights'}
+  np.testing.assert_allclose(model.score_batch(pair.params, no_w), expected, rtol=1e-5,
+                             atol=1e-5)
+
+  # Without smoothing / z-loss the training loss is minus the summed scores.
+  loss, metrics = model.loss_fn(pair.params, batch, None)
+  np.testing.assert_allclose(loss, -expected.sum(), rtol=1e-5)
+  assert set(metrics) >= {'loss', 'z_loss', 'cross_ent_loss', 'accuracy', 'weight_sum'}
+  assert float(metrics['weight_sum']) == batch['decoder_loss_weights'].sum()
+  # With label smoothing and z-loss (T5X semantics: smoothed targets, minus their
+  # entropy constant, plus z_loss * logsumexp(logits)^2, weighted sum).
+  ls, zl = 0.1, 1e-4
+  smooth = make_model(pair, label_smoothing=ls, z_loss=zl)
+  loss_s, metrics_s = smooth.loss_fn(pair.params, batch, None)
+  vocab = lp.shape[-1]
+  low = ls / (vocab - 1)
+  soft = np.full(lp.shape, low) + (1 - ls - low) * np.eye(vocab)[batch['decoder_target_tokens']]
+  const = -((1 - ls) * np.log(1 - ls) + (vocab - 1) * low * np.log(low + 1e-20))
+  log_z = np.log(np.sum(np.exp(np.asarray(logits, np.float64)), axis=-1))
+  w = batch['decoder_loss_weights']
+  expected_s = np.sum((-np.sum(soft * lp, -1) - const + zl * log_z ** 2) * w)
+  np.testing.assert_allclose(loss_s, expected_s, rtol=1e-4)
+  np.testing.assert_allclose(metrics_s['z_loss'], np.sum(zl * log_z ** 2 * w), rtol=1e-4)
+  with pytest.raises(ValueError, match='Packed'):
+    model.score_batch(pair.params, dict(batch, decoder_segment_ids=np.ones((3, MAX_LEN))))
+
+
+def test_get_initial_variables(pair, model):
+  # Abstractly, as T5X does (jax.eval_shape of get_initial_variables): no compute.
+  shapes = {'encoder_input_tokens': (2, 6), 'decoder_input_tokens': (2, 5)}
+  variables = jax.eval_shape(lambda rng: model.get_initial_variables(rng, shapes),
+                             jax.random.PRNGKey(0))
+  assert set(variables) == {'params', 'params_axes'}
+  t5.check_params(variables['params'], pair.config)
+  assert variables['params_axes']['token_embedder']['embedding_axes'].names == ('vocab', 'embed')
+  with pytest.raises(ValueError, match='lacks'):
+    model.get_initial_variables(jax.random.PRNGKey(0), {'encoder_input_tokens': (2, 6)})
+
+
+def test_constructor_errors(pair):
+  with pytest.raises(ValueError, match='gamma'):
+    make_model(pair, gamma=0)
+  with pytest.raises(ValueError, match='Transformer'):
+    SpeculativeEncoderDecoderModel(pair.model, None, None, None, draft_module=object(),
+                                   draft_params=pair.draft_params)
+  with pytest.raises(ValueError, match='params'):  # the target's params for the draft
+    make_model(pair, draft_params=pair.params)
+  with pytest.raises(ValueError, match='vocab_size'):
+    make_model(pair, vocab=FakeVocab(size=100))
+
+
+def test_vocabulary_mismatch(pair):
+  sp_en, sp_de, sp_en2 = train_sp(EN), train_sp(DE), train_sp(EN)
+  assert sp_en.get_piece_size() == sp_de.get_piece_size()
+  target_vocab = FakeVocab(sp_en)
+  # Same pieces (another object) pass; different pieces fail before compiling.
+  make_model(pair, vocab=target_vocab, draft_vocabulary=FakeVocab(sp_en2))
+  with pytest.raises(ValueError, match='mismatch at id'):
+    make_model(pair, vocab=target_vocab, draft_vocabulary=FakeVocab(sp_de))
+  with pytest.raises(ValueError, match='ids'):
+    make_model(pair, vocab=target_vocab, draft_vocabulary=FakeVocab(train_sp(EN, 28)))
+  with pytest.raises(ValueError, match='eos_id'):
+    make_model(pair, vocab=target_vocab, draft_vocabulary=FakeVocab(sp_en2, eos_id=2))
+
+
+@pytest.mark.skipif(not TINY_T5X.exists(), reason='shared T5X checkpoint fixture missing')
+def test_draft_checkpoint_path_is_loaded_lazily():
+  from specdec_jax import checkpoints
+  config = PRESETS['t5_1_1_small'].replace(emb_dim=8, num_heads=4, head_dim=3, mlp_dim=16,
+                                           num_encoder_layers=2, num_decoder_layers=2)
+  module = t5.Transformer(config)
+  params = checkpoints.load_t5x_checkpoint(TINY_T5X, config)
+  vocab = FakeVocab(size=32100)
+  model = SpeculativeEncoderDecoderModel(module, vocab, vocab, None, draft_module=module,
+                                         draft_params=str(TINY_T5X), gamma=2)
+  assert not model.draft_params_loaded
+  enc, length = ENC[:2], 5
+  batch = {'encoder_input_tokens': enc, 'decoder_input_tokens': np.zeros((2, length), np.int32)}
+  decodes, aux = model.predict_batch_with_aux(params, batch)
+  assert model.draft_params_loaded and decodes.shape == (2, length)
+  # The draft is the target: every drafted token is accepted.
+  np.testing.assert_array_equal(aux['accepted'], aux['drafted'])
+
+
+# ---------------------------------------------------------------------------- gin configs
+
+MODEL_GINS = sorted(glob.glob(str(REPO / 'configs' / 'models' / '*' / '*.gin')))
+
+
+def test_every_size_has_a_gin_file():
+  names = {f'{pathlib.Path(f).parent.name}_{pathlib.Path(f).stem}' for f in MODEL_GINS}
+  assert names == {k for k in PRESETS if k.startswith(('t5_1_0_', 't5_1_1_'))}
+
+
+@pytest.mark.parametrize('path', MODEL_GINS, ids=lambda p: os.path.relpath(p, REPO))
+def test_model_gin_builds_preset_config(path):
+  gin.clear_config()
+  try:
+    gin.parse_config_file(path)
+    config = gin.get_configurable('network.T5Config')()
+    key = f'{pathlib.Path(path).parent.name}_{pathlib.Path(path).stem}'
+    assert config == PRESETS[key]
+    module = gin.get_configurable('network.Transformer')()
+    assert isinstance(module, t5.Transformer) and module.config == config
+    assert gin.query_parameter('models.SpeculativeEncoderDecoderModel.gamma') is not None
+    assert gin.query_parameter('seqio.SentencePieceVocabulary.extra_ids') == 100
+  finally:
+    gin.clear_config()
+
+
+def test_speculative_example_gin():
+  gin.clear_config()
+  try:
+    gin.parse_config_file(str(REPO / 'configs' / 't5x' / 'speculative_model.gin'))
+    assert gin.get_configurable('network.T5Config')() == PRESETS['t5_1_1_xxl']
+    with gin.config_scope('draft'):
+      assert gin.get_configurable('network.T5Config')() == PRESETS['t5_1_1_small']
+    assert gin.query_parameter('%GAMMA') == 4
+    assert gin.query_parameter('%DRAFT_CHECKPOINT').startswith('gs://')
+  finally:
+    gin.clear_config()
+
+
+def test_gin_builds_model_end_to_end(pair, model):  # `model`: compiled first
+  """A tiny model from the T5 1.1 gin file with overrides: built by gin and decoded."""
+  gin.clear_config()
+  cfg = pair.config
+  try:
+    gin.parse_config_files_and_bindings(
+        [str(REPO / 'configs' / 'models' / 't5_1_1' / 'small.gin')],
+        [f'network.T5Config.{k} = {v!r}' for k, v in dict(
+            vocab_size=cfg.vocab_size, emb_dim=cfg.emb_dim, num_heads=cfg.num_heads,
+            num_encoder_layers=cfg.num_encoder_layers, head_dim=cfg.head_dim,
+            num_decoder_layers=cfg.num_decoder_layers, mlp_dim=cfg.mlp_dim).items()] +
+        ['VOCABULARY = None', 'DRAFT_MODULE = @draft/network.Transformer()',
+         'draft/network.T5Config.emb_dim = 16', 'draft/network.T5Config.num_encoder_layers = 1',
+         'draft/network.T5Config.num_decoder_layers = 1', 'GAMMA = 3',
+         'DRAFT_CHECKPOINT = None'], finalize_config=False)
+    gin.bind_parameter('models.SpeculativeEncoderDecoderModel.draft_params', pair.draft_params)
+    # Same settings as the `model` fixture, so the decode below reuses its compilation.
+    vocab = FakeVocab(size=60)
+    gin.bind_parameter('models.SpeculativeEncoderDecoderModel.input_vocabulary', vocab)
+    gin.bind_parameter('models.SpeculativeEncoderDecoderModel.output_vocabulary', vocab)
+    built = gin.get_configurable('models.SpeculativeEncoderDecoderModel')()
+  finally:
+    gin.clear_config()
+  assert isinstance(built, SpeculativeEncoderDecoderModel)
+  assert built.module.config == pair.config
+  assert built.draft_module.config == pair.draft_config
+  assert built.gamma == 3 and built.eos_id == 1 and built.temperature == 0.0
+  decodes, _ = built.predict_batch_with_aux(pair.params, t5x_batch())
+  np.testing.assert_array_equal(decodes, greedy_reference(pair)[0][:, 0])

@@ -1,0 +1,169 @@
+"""Fast tests of the vocabulary, data pipeline and training step (well under a minute)."""
+
+import pathlib
+
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specdec_jax import data as data_lib
+from specdec_jax import train as train_lib
+from specdec_jax import vocabulary
+from specdec_jax.models import t5
+from specdec_jax.models.config import T5Config
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+SHIPPED_VOCAB = REPO / 'specdec_jax/assets/demo_ende/vocab/ende8k.model'
+
+SENTENCES = [
+    'A man in an orange hat starring at something.',
+    'Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.',
+    'Two young guys with shaggy hair look at their hands while hanging out in the yard.',
+    'Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.',
+    'A little girl climbing into a wooden playhouse.',
+    'Ein kleines Mädchen klettert in ein Spielhaus aus Holz.',
+] * 20
+
+TINY = T5Config(vocab_size=128, emb_dim=32, num_heads=2, head_dim=16, num_encoder_layers=1,
+                num_decoder_layers=1, mlp_dim=64, mlp_activations=('gelu', 'linear'),
+                dropout_rate=0.0, logits_via_embedding=False)
+
+
+def test_train_sentencepiece_t5_conventions(tmp_path):
+  path = vocabulary.train_sentencepiece(SENTENCES, tmp_path / 'v', vocab_size=80)
+  again = vocabulary.train_sentencepiece(SENTENCES, tmp_path / 'w', vocab_size=80)
+  assert path.read_bytes() == again.read_bytes()  # deterministic
+  sp = vocabulary.load_processor(path)
+  assert (sp.pad_id(), sp.eos_id(), sp.unk_id(), sp.bos_id()) == (0, 1, 2, -1)
+  assert sp.vocab_size() == 80
+  ids = sp.encode('Ein kleines Mädchen.')
+  assert sp.decode(ids) == 'Ein kleines Mädchen.'
+
+
+def test_shipped_vocabulary_via_seqio():
+  vocab = vocabulary.load_vocabulary(SHIPPED_VOCAB)
+  assert vocab.eos_id == 1 and vocab.pad_id == 0 and vocab.unk_id == 2
+  assert vocab.vocab_size == 8100
+  for text in ['A man in an orange hat.', 'Zwei Männer überqueren die Straße.']:
+    ids = vocab.encode(text)
+    assert all(2 < i < 8000 for i in ids)
+    assert vocab.decode(ids) == text
+  assert vocab.decode(vocab.encode('Hund') + [1, 0, 0]) == 'Hund'
+
+
+def test_features_shift_and_weights():
+  feats = data_lib.make_features([[5, 6, 1]], [[7, 8, 9, 1]], 6)
+  np.testing.assert_array_equal(feats['encoder_input_tokens'], [[5, 6, 1, 0, 0, 0]])
+  np.testing.assert_array_equal(feats['decoder_target_tokens'], [[7, 8, 9, 1, 0, 0]])
+  np.testing.assert_array_equal(feats['decoder_input_tokens'], [[0, 7, 8, 9, 1, 0]])
+  np.testing.assert_array_equal(feats['decoder_loss_weights'], [[1, 1, 1, 1, 0, 0]])
+  # Truncation keeps a final EOS.
+  long = data_lib.make_features([list(range(3, 20)) + [1]], [[4] * 10 + [1]], 8)
+  assert long['encoder_input_tokens'][0, -1] == 1 and long['decoder_target_tokens'][0, -1] == 1
+
+
+def test_bucketed_dataset_shapes():
+  sp = vocabulary.load_processor(SHIPPED_VOCAB)
+  src, tgt = SENTENCES[0::2], SENTENCES[1::2]
+  inputs = data_lib.encode_inputs(sp, src)
+  assert sp.decode(inputs[0][:-1]).startswith('translate English to German: A man')
+  ds = data_lib.BucketedDataset(inputs, data_lib.encode_targets(sp, tgt), batch_size=16,
+                                buckets=(32, 48), seed=3)
+  batches = list(ds.batches(0))
+  assert len(batches) == ds.steps_per_epoch == 4  # 60 examples, all in bucket 32
+  rows = 0
+  for b in batches:
+    assert set(b) == set(data_lib.FEATURES)
+    for v in b.values():
+      assert v.shape == (16, 32)
+    np.testing.assert_array_equal(b['decoder_input_tokens'][:, 1:],
+                                  b['decoder_target_tokens'][:, :-1])
+    assert np.all(b['decoder_input_tokens'][:, 0] == 0)
+    rows += int((b['decoder_loss_weights'].sum(1) > 0).sum())
+  assert rows == 60
+  # Same seed and epoch → same order; another epoch → another order.
+  np.testing.assert_array_equal(next(ds.batches(0))['encoder_input_tokens'],
+                                batches[0]['encoder_input_tokens'])
+  assert sorted(len(i) for _, i in ds.batch_plan(1)) == [12, 16, 16, 16]
+
+
+def _tiny_batch():
+  rng = np.random.default_rng(0)
+  inputs = [list(rng.integers(3, 100, size=n)) + [1] for n in (5, 7, 9, 4)]
+  targets = [list(rng.integers(3, 100, size=n)) + [1] for n in (6, 3, 8, 5)]
+  return data_lib.make_features(inputs, targets, 12)
+
+
+def test_train_steps_reduce_loss():
+  model = t5.Transformer(TINY)
+  params = t5.init_params(TINY, jax.random.PRNGKey(0))
+  opt = train_lib.make_optimizer(train_lib.make_schedule(1e-2, 1, 'constant'))
+  state = train_lib.TrainState(step=jnp.array(0, jnp.int32), params=params,
+                               opt_state=opt.init(params))
+  step = train_lib.make_train_step(model, opt, mode='target', label_smoothing=0.1)
+  batch = _tiny_batch()
+  losses = []
+  for _ in range(15):
+    state, metrics = step(state, batch, jax.random.PRNGKey(1), None)
+    losses.append(float(metrics['nll']))
+  assert np.isfinite(losses).all()
+  assert losses[-1] < 0.5 * losses[0], losses
+  assert int(state.step) == 15
+
+
+def test_distill_loss_finite():
+  teacher_cfg = TINY.replace(num_decoder_layers=2)
+  teacher = t5.Transformer(teacher_cfg)
+  tparams = t5.init_params(teacher_cfg, jax.random.PRNGKey(5))
+  model = t5.Transformer(TINY.replace(dropout_rate=0.1))
+  params = t5.init_params(TINY, jax.random.PRNGKey(0))
+  opt = train_lib.make_optimizer(train_lib.make_schedule(1e-3, 10))
+  state = train_lib.TrainState(step=jnp.array(0, jnp.int32), params=params,
+                               opt_state=opt.init(params))
+  step = train_lib.make_train_step(model, opt, mode='distill', label_smoothing=0.0,
+                                   kd_weight=0.5, teacher=teacher)
+  state, metrics = step(state, _tiny_batch(), jax.random.PRNGKey(1), tparams)
+  for k in ('loss', 'kl', 'nll', 'teacher_agree'):
+    assert np.isfinite(float(metrics[k])), k
+  assert float(metrics['kl']) >= 0
+
+
+def test_kl_zero_for_identical_logits():
+  logits = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 11))
+  w = jnp.ones((2, 3))
+  assert abs(float(train_lib.kl_to_teacher(logits, logits, w))) < 1e-5
+
+
+def test_gin_configs_parse_and_flags():
+  files, bindings = train_lib.parse_flags(
+      ['--gin_file=configs/train/target_ende.gin', '--gin.train.max_steps=7'])
+  assert bindings == ['train.max_steps = 7']
+  gin.clear_config()
+  try:
+    for name in ('target_ende.gin', 'draft_ende.gin'):
+      gin.clear_config()
+      gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], bindings)
+      assert gin.query_parameter('network.T5Config.mlp_activations') == ('gelu', 'linear')
+      assert gin.query_parameter('network.T5Config.logits_via_embedding') is False
+      assert gin.query_parameter('network.T5Config.vocab_size') == 8192
+      assert gin.query_parameter('train.max_steps') == 7
+  finally:
+    gin.clear_config()
+
+
+def test_config_roundtrip():
+  assert train_lib.config_from_dict(train_lib.config_to_dict(TINY)) == TINY
+
+
+def test_shipped_demo_pair_loads():
+  import json
+  from specdec_jax import checkpoints
+  root = REPO / 'specdec_jax/assets/demo_ende'
+  pair = json.loads((root / 'pair.json').read_text())
+  for role in ('target', 'draft'):
+    config = train_lib.config_from_dict(pair[role]['t5_config'])
+    params = checkpoints.load_t5x_checkpoint(root / role, config=config)
+    t5.check_params(params, config)
+    assert train_lib.param_count(params) == pair[role]['params']
