@@ -57,7 +57,6 @@ if __name__ == '__main__':
   from specdec_jax import decode as _decode_module
   _sys.exit(_decode_module.main())
 
-import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
@@ -72,6 +71,7 @@ from typing import Any, Optional, Sequence  # noqa: E402
 
 import gin  # noqa: E402
 
+from specdec_jax import flags  # noqa: E402
 from specdec_jax import inputs as inputs_lib  # noqa: E402
 from specdec_jax import paths  # noqa: E402
 from specdec_jax.models import config as config_lib  # noqa: E402
@@ -358,6 +358,7 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
            seed: int = 0,
            warmup: bool = True,
            progress: Optional[bool] = None,
+           print_predictions: int = 10,
            prepare_only: bool = False):
   """Decodes the inputs with the model pair and writes JSONL + summary (module docstring).
 
@@ -389,6 +390,8 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
     warmup: time a first call on the first batch separately as `compile_s`
       (costs one extra batch of decoding); False: `run_s` includes compilation.
     progress: tqdm bar (None: when there is more than one batch).
+    print_predictions: print the first this many `input → prediction` pairs to
+      stdout before the summary (0: none).
     prepare_only: stop after validation and loading and return the `Prepared`
       job (not bindable; `main` uses it to report configuration errors cleanly).
   Returns:
@@ -401,7 +404,8 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
       task_split=task_split, max_examples=max_examples, prefix=prefix,
       max_input_len=max_input_len, on_long_input=on_long_input, method=method, gamma=gamma,
       temperature=temperature, topk=topk, topp=topp, batch_size=batch_size,
-      max_decode_len=max_decode_len, seed=seed, warmup=warmup, progress=progress)
+      max_decode_len=max_decode_len, seed=seed, warmup=warmup, progress=progress,
+      print_predictions=print_predictions)
   prepared = prepare(settings, target_config=target_config, draft_config=draft_config,
                      target_checkpoint=target_checkpoint, draft_checkpoint=draft_checkpoint,
                      vocab_path=vocab_path)
@@ -557,6 +561,7 @@ def run_decode(p: Prepared) -> dict:
                   tokens=0)
     predictions, references = [], []
     batch_times = []
+    shown = []
     t_run = time.perf_counter()
     with out_file, tqdm(total=n_batches, unit='batch', disable=not show, file=sys.stderr,
                         dynamic_ncols=True) as bar:
@@ -578,6 +583,8 @@ def run_decode(p: Prepared) -> dict:
             totals[key] += stats[key][row].item()
           predictions.append(pred)
           references.append(ex.record.targets)
+          if len(shown) < s['print_predictions']:
+            shown.append((ex.record.inputs, pred))
         bar.update(1)
     run_s = time.perf_counter() - t_run
     if warmup_s is not None:
@@ -630,6 +637,10 @@ def run_decode(p: Prepared) -> dict:
     for t in tmp_paths:
       t.unlink(missing_ok=True)
     raise
+  for source, pred in shown:
+    print(f'{source}\n  → {pred}')
+  if shown:
+    print()
   print_summary(summary)
   return summary
 
@@ -687,31 +698,12 @@ def print_summary(summary: dict, stream=None) -> None:
 # ---------------------------------------------------------------------------- command line
 
 def parse_flags(argv: Sequence[str]) -> tuple[list[str], list[str], list[str], bool]:
-  """(gin files, bindings, search paths, debug) from T5X-style flags."""
-  parser = argparse.ArgumentParser(
-      prog='python -m specdec_jax.decode',
-      description='Speculative (or baseline) decoding of a T5 pair, gin-configured.',
-      epilog='Bindings: --gin.KEY=VALUE, e.g. --gin.decode.gamma=5 '
-             "--gin.decode.input_path=\"'inputs.txt'\" (every decode.* argument is listed in "
-             'configs/runs/decode.gin and in the docstring of specdec_jax.decode.decode).')
-  parser.add_argument('--gin_file', action='append', default=[],
-                      help='gin file (repeatable), e.g. configs/runs/decode.gin')
-  parser.add_argument('--gin_bindings', action='append', default=[],
-                      help="gin binding (repeatable), e.g. 'decode.gamma = 5'")
-  parser.add_argument('--gin_search_paths', action='append', default=[],
-                      help='extra folder for gin includes (repeatable)')
-  parser.add_argument('--debug', action='store_true',
-                      help='show tracebacks for configuration and input errors')
-  args, rest = parser.parse_known_args(list(argv))
-  bindings = list(args.gin_bindings)
-  for arg in rest:
-    if arg.startswith('--gin.') and '=' in arg:
-      key, value = arg[len('--gin.'):].split('=', 1)
-      bindings.append(f'{key} = {value}')
-    else:
-      parser.error(f'unrecognized argument {arg!r} (gin bindings are --gin.KEY=VALUE, '
-                   "e.g. --gin.decode.gamma=5 or --gin.decode.input_path=\"'in.txt'\")")
-  return args.gin_file, bindings, args.gin_search_paths, args.debug
+  """(gin files, bindings, search paths, debug) from T5X-style flags (`specdec_jax.flags`)."""
+  f = flags.parse_gin_flags(
+      argv, 'python -m specdec_jax.decode',
+      'Speculative (or baseline) decoding of a T5 pair, gin-configured (every decode.* '
+      'argument is listed in configs/runs/decode.gin).', '--gin.decode.gamma=5')
+  return f.gin_files, f.bindings, f.search_paths, f.debug
 
 
 def parse_gin(files: Sequence[str], bindings: Sequence[str],

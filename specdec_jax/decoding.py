@@ -220,7 +220,9 @@ class SpeculativeStats:
     target_calls: target (γ+1)-token calls while the row was active (= rounds).
     drafted: draft tokens proposed (γ per round, fewer near the length budget).
     accepted: draft tokens accepted by the rule (before truncation at EOS).
-    alpha_sum: Σ over scored positions of Σ_x min(p(x), q(x)) (paper Def. 3.1).
+    alpha_sum: Σ over scored positions of β = Σ_x min(p(x), q(x)) (paper Def. 3.1). A
+      drafted position is scored when its prefix was accepted (it lies at or before the
+      round's first rejection), so that its prefix follows the target's distribution.
     alpha_count: number of scored positions; α ≈ alpha_sum / alpha_count (Cor. 3.6).
     tokens: tokens emitted (EOS included, forced prompt tokens included).
   """
@@ -399,7 +401,10 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
         jax.nn.log_softmax(std_p if rescale_log_probs else logits), emitted[..., None],
         axis=-1)[..., 0]
     log_prob = s.log_prob + jnp.sum(jnp.where(keep & ~is_forced, token_lp, 0.0), axis=1)
-    scored = (steps[None, :gamma] < n_drafted[:, None]) & ~is_forced[:, :gamma] & active[:, None]
+    # α is E[β] under the target's prefixes (paper Def. 3.1, Cor. 3.6): score only the
+    # positions whose prefix was accepted — up to and including the first rejection.
+    n_scored = jnp.minimum(n_acc + 1, n_drafted)
+    scored = (steps[None, :gamma] < n_scored[:, None]) & ~is_forced[:, :gamma] & active[:, None]
     beta = accept.acceptance_probability(p[:, :gamma], q)
     done = s.done | (active & (hit_eos | (n_new >= limit)))
     return _SpecLoopState(

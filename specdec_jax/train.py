@@ -26,7 +26,6 @@ whichever comes first.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -45,6 +44,7 @@ import optax
 from tqdm import tqdm
 
 from specdec_jax import data as data_lib
+from specdec_jax import flags
 from specdec_jax import vocabulary
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
@@ -359,28 +359,14 @@ def train(run_dir: str = gin.REQUIRED,
   return summary
 
 
-def parse_flags(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-  """`--gin_file=F` (repeatable) and `--gin.KEY=VALUE` / `--gin_bindings=...` flags."""
-  parser = argparse.ArgumentParser(description='Train a T5 model (target or distill mode).')
-  parser.add_argument('--gin_file', action='append', default=[])
-  parser.add_argument('--gin_bindings', action='append', default=[])
-  parser.add_argument('--gin_search_paths', action='append', default=['.'])
-  args, rest = parser.parse_known_args(argv)
-  bindings = list(args.gin_bindings)
-  for arg in rest:
-    if arg.startswith('--gin.') and '=' in arg:
-      key, value = arg[len('--gin.'):].split('=', 1)
-      bindings.append(f'{key} = {value}')
-    else:
-      parser.error(f'unrecognized argument {arg!r} (use --gin.KEY=VALUE for bindings)')
-  for p in args.gin_search_paths:
-    gin.add_config_file_search_path(p)
-  return args.gin_file, bindings
-
-
 def main(argv: Sequence[str] | None = None):
-  files, bindings = parse_flags(sys.argv[1:] if argv is None else argv)
-  gin.parse_config_files_and_bindings(files, bindings)
+  f = flags.parse_gin_flags(sys.argv[1:] if argv is None else argv,
+                            'python -m specdec_jax.train',
+                            'Train a T5 model (target or distill mode).',
+                            "--gin.train.max_minutes=35")
+  for path in ['.', *f.search_paths]:
+    gin.add_config_file_search_path(path)
+  gin.parse_config_files_and_bindings(f.gin_files, f.bindings)
   train()
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from specdec_jax import data as data_lib
+from specdec_jax import flags
 from specdec_jax import train as train_lib
 from specdec_jax import vocabulary
 from specdec_jax.models import t5
@@ -137,8 +138,10 @@ def test_kl_zero_for_identical_logits():
 
 
 def test_gin_configs_parse_and_flags():
-  files, bindings = train_lib.parse_flags(
-      ['--gin_file=configs/train/target_ende.gin', '--gin.train.max_steps=7'])
+  parsed = flags.parse_gin_flags(
+      ['--gin_file=configs/train/target_ende.gin', '--gin.train.max_steps=7'], 'train', '', '')
+  bindings = parsed.bindings
+  assert parsed.gin_files == ['configs/train/target_ende.gin']
   assert bindings == ['train.max_steps = 7']
   gin.clear_config()
   try:

@@ -1,0 +1,119 @@
+"""Smoke test of `python -m specdec_jax.benchmark` in quick mode on a tiny random pair.
+
+The pair folder has the demo pair's layout (pair.json, target/, draft/, vocab/)
+with two tiny random T5 1.1 models saved by `checkpoints.save_t5x_checkpoint` and
+the demo's SentencePiece vocabulary. Checks the report's arithmetic and that the
+two methods produced identical tokens at temperature 0.
+"""
+
+import json
+import math
+import shutil
+
+import gin
+import jax
+import pytest
+
+from specdec_jax import benchmark as bench
+from specdec_jax import decode as decode_lib
+from specdec_jax import paths
+from specdec_jax.models import t5
+from specdec_jax.models.config import T5Config
+
+VOCAB = paths.ASSETS_DIR / 'demo_ende' / 'vocab'
+
+
+def _cfg(**kw):
+  base = dict(vocab_size=8192, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
+              num_encoder_layers=2, num_decoder_layers=2, mlp_activations=('gelu', 'linear'),
+              logits_via_embedding=False, dropout_rate=0.0)
+  base.update(kw)
+  return T5Config(**base)
+
+
+@pytest.fixture(autouse=True)
+def _clear_gin():
+  yield
+  gin.clear_config()
+
+
+@pytest.fixture(scope='module')
+def tiny_pair(tmp_path_factory):
+  checkpoints = pytest.importorskip('specdec_jax.checkpoints')
+  models = list(VOCAB.glob('*.model')) if VOCAB.is_dir() else []
+  if len(models) != 1:
+    pytest.skip(f'no SentencePiece model in {VOCAB}')
+  root = tmp_path_factory.mktemp('tiny_pair')
+  target, draft = _cfg(), _cfg(emb_dim=8, head_dim=4, num_encoder_layers=1,
+                               num_decoder_layers=1)
+  checkpoints.save_t5x_checkpoint(t5.init_params(target, jax.random.PRNGKey(0), 4, 4),
+                                  root / 'target', step=1)
+  checkpoints.save_t5x_checkpoint(t5.init_params(draft, jax.random.PRNGKey(1), 4, 4),
+                                  root / 'draft', step=1)
+  (root / 'vocab').mkdir()
+  shutil.copy(models[0], root / 'vocab' / models[0].name)
+  # The layout scripts/export_demo.py writes for the demo pair.
+  (root / 'pair.json').write_text(json.dumps({
+      'target': {'step': 1, 't5_config': bench._config_dict(target)},
+      'draft': {'step': 1, 't5_config': bench._config_dict(draft)}}))
+  sentences = root / 'sentences.en'
+  sentences.write_text('A dog runs in the park.\nTwo men are talking.\n'
+                       'A girl is reading a book.\nThe cat sleeps on the sofa.\n'
+                       'A fifth sentence that quick mode does not read.\n')
+  return root, sentences
+
+
+def test_quick_mode_report(tiny_pair, tmp_path):
+  root, sentences = tiny_pair
+  out = tmp_path / 'bench'
+  decode_lib.parse_gin(['configs/runs/benchmark.gin'], [
+      'benchmark.quick = True',
+      f"benchmark.pair_dir = '{root}'",
+      f"benchmark.output_dir = '{out}'",
+      f"benchmark.datasets = (('tiny', '{sentences}'),)",
+      'benchmark.max_input_len = 16',
+      'benchmark.max_decode_len = 12',
+  ])
+  res = bench.benchmark()
+  for name in ('results.json', 'results.md', 'speedup_vs_gamma.png', 'tokens_per_second.png'):
+    assert (out / name).is_file(), name
+  on_disk = json.loads((out / 'results.json').read_text())
+  assert on_disk['identical_at_t0'] is True
+  assert res['settings']['quick'] is True
+  rows = on_disk['settings_results']
+  assert sorted(r['gamma'] for r in rows) == [2, 4]
+  assert {r['batch_size'] for r in rows} == {1} and {r['temperature'] for r in rows} == {0.0}
+  assert on_disk['settings']['datasets'][0]['sentences'] == 4
+  best = max(rows, key=lambda r: r['speedup'])['gamma']
+  for r in rows:
+    assert r['identical'] is True
+    assert r['sentences'] == 4
+    assert r['baseline_tokens'] == r['speculative_tokens']
+    assert math.isclose(r['speedup'], r['baseline_time_s']['median'] /
+                        r['speculative_time_s']['median'], rel_tol=1e-9)
+    assert r['baseline_time_s']['min'] <= r['baseline_time_s']['median'] <= \
+        r['baseline_time_s']['max']
+    a, g, c, v = r['alpha'], r['gamma'], r['c'], r['v']
+    assert 0.0 <= a <= 1.0 and 0.0 <= r['acceptance_rate'] <= 1.0
+    assert c > 0 and v > 0
+    sc = on_disk['step_costs']['1']
+    assert math.isclose(c, sc['draft_step_s'] / sc['target_step_s']['1'], rel_tol=1e-9)
+    assert math.isclose(v, sc['target_step_s'][str(g + 1)] / sc['target_step_s']['1'],
+                        rel_tol=1e-9)
+    expected = (1 - a ** (g + 1)) / (1 - a)
+    assert math.isclose(r['predicted_speedup'], expected / (g * c + 1), rel_tol=1e-9)
+    assert math.isclose(r['predicted_speedup_v'], expected / (g * c + v), rel_tol=1e-9)
+    assert math.isclose(r['efficiency'], r['speedup'] / r['predicted_speedup'], rel_tol=1e-9)
+    assert math.isclose(r['efficiency_v'], r['speedup'] / r['predicted_speedup_v'],
+                        rel_tol=1e-9)
+    assert 1.0 <= r['tokens_per_target_call'] <= g + 1
+    assert r['best_gamma'] == best
+  assert on_disk['hf_peer']['skipped'] is True
+  md = (out / 'results.md').read_text()
+  assert 'speedup' in md and '| tiny |' in md
+
+
+def test_predicted_speedup_formula():
+  assert math.isclose(bench.predicted_speedup(0.0, 3, 0.1), 1 / 1.3)
+  assert math.isclose(bench.predicted_speedup(0.5, 1, 0.0), 1.5)
+  assert math.isclose(bench.predicted_speedup(1.0, 4, 0.0, 2.0), 2.5)
