@@ -32,7 +32,8 @@ def draft_block(step_fn: StepFn, cache, sequences, n, gamma: int, vocab_size: in
     n: int32 `[batch]` committed tokens per row.
     gamma: static number of drafts.
     vocab_size: the target's vocabulary size (draft logits are padded/truncated to it).
-    temperature, topk, topp: standardization, as for the target.
+    temperature: a static Python number (≤ 1e-4: greedy) or float32 `[batch]`.
+    topk, topp: standardization, as for the target.
     keys: `[batch, gamma]` PRNG keys, one per draft sample.
     forced_tokens: int32 `[batch, gamma]`, non-zero where the position holds a forced
       prompt token (then that token is "drafted" with q = one-hot).
@@ -40,13 +41,9 @@ def draft_block(step_fn: StepFn, cache, sequences, n, gamma: int, vocab_size: in
   Returns:
     `(draft_tokens [batch, gamma] int32, q [batch, gamma, vocab_size] float32, cache)`.
   """
-  batch = sequences.shape[0]
-  temp = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (batch,)) \
-      if not sampling.is_static_greedy(temperature) else temperature
-
   def propose(logits, i):
     std = sampling.standardize(
-        sampling.match_vocab(logits, vocab_size, real_vocab_size), temp, topk, topp)
+        sampling.match_vocab(logits, vocab_size, real_vocab_size), temperature, topk, topp)
     if sampling.is_static_greedy(temperature):
       token = jnp.argmax(std, axis=-1).astype(jnp.int32)
     else:
