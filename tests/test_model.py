@@ -135,8 +135,8 @@ def test_rollback_overwrites_stale_slots(model_and_step):
 
 
 def test_bad_inputs_raise_clear_errors(pair):
-  with pytest.raises(ValueError, match=r'token_embedder.*shape'):
-    t5.check_params(pair.params, pair.config.replace(vocab_size=65))
+  with pytest.raises(ValueError, match=r"logits_dense.*has shape \(32, 64\) but the T5Config expects \(32, 65\)"):
+    t5.check_params(pair.params, pair.config.replace(vocab_size=65))  # first: decoder logits_dense
   with pytest.raises(ValueError, match='params lack'):
     t5.check_params(pair.params, pair.config.replace(num_decoder_layers=3))
   cache = t5.encode_and_init_cache(pair.model, pair.params, jnp.ones((1, 3), jnp.int32), 4)
