@@ -283,27 +283,6 @@ def run_hf_peer(models, datasets, *, max_decode_len, repeats, threads, num_assis
 
 # ---------------------------------------------------------------------------- the job
 
-def _pair_json_t5_configs(pair_dir, target_config, draft_config):
-  """Configs stored as `{"target": {"t5_config": {...}}}` in pair.json (the layout
-  scripts/export_demo.py writes, which `decode.resolve_pair` does not look into)."""
-  if not pair_dir:
-    return target_config, draft_config
-  pair_json = decode_lib._pair_dir_location(pair_dir) / 'pair.json'  # pylint: disable=protected-access
-  if not pair_json.is_file():
-    return target_config, draft_config
-  try:
-    pair = json.loads(pair_json.read_text())
-  except (OSError, ValueError):
-    return target_config, draft_config
-  found = []
-  for role, given in (('target', target_config), ('draft', draft_config)):
-    entry = pair.get(role)
-    if given is None and isinstance(entry, dict) and isinstance(entry.get('t5_config'), dict):
-      given = dict(entry['t5_config'])
-    found.append(given)
-  return tuple(found)
-
-
 @dataclasses.dataclass
 class Models:
   target_model: Any
@@ -316,7 +295,6 @@ def load_pair(pair_dir, target_config, draft_config, target_checkpoint, draft_ch
               vocab_path, extra_ids, checkpoint_dtype=None):
   from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
   from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
-  target_config, draft_config = _pair_json_t5_configs(pair_dir, target_config, draft_config)
   pair = decode_lib.resolve_pair(pair_dir, target_config=target_config,
                                  draft_config=draft_config,
                                  target_checkpoint=target_checkpoint,

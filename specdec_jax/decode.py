@@ -170,8 +170,9 @@ def _pair_json_config(pair: dict, role: str, where: str) -> Optional[T5Config]:
                 (pair.get('configs') or {}).get(role)]
   for c in candidates:
     if isinstance(c, dict):
-      if isinstance(c.get('config'), dict):
-        c = c['config']
+      for key in ('config', 't5_config'):
+        if isinstance(c.get(key), dict):
+          c = c[key]
       if 'emb_dim' in c:
         return _config_from_dict(c, f'{where} [{role}]')
   return None

@@ -361,10 +361,10 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
                                                      gamma + 2))(keys)
     n_drafted = jnp.clip(limit - s.n - 1, 0, gamma)
     # Forced prompt tokens at the positions this round can reach (index n+1+i).
-    block = jnp.take_along_axis(s.sequences, jnp.minimum(s.n[:, None] + 1 + steps,
-                                                         max_decode_len), axis=1)
-    block = jnp.where(s.n[:, None] + 1 + steps <= max_decode_len, block, 0)
-    forced = block  # non-zero = forced prompt token (sequences beyond n are prompt or 0)
+    # Non-zero = forced prompt token (sequence entries beyond n are prompt or 0).
+    forced = jnp.take_along_axis(s.sequences, jnp.minimum(s.n[:, None] + 1 + steps,
+                                                          max_decode_len), axis=1)
+    forced = jnp.where(s.n[:, None] + 1 + steps <= max_decode_len, forced, 0)
 
     draft_tokens, q, draft_cache = draft.draft_block(
         draft_step_fn, s.draft_cache, s.sequences, s.n, gamma, vocab_size, temp, topk,
