@@ -1,49 +1,217 @@
-"""Per-phase timing of one speculative round on the demo pair (B=1, T=0, 48 tokens).
+"""Per-phase profile of baseline vs speculative decoding on the demo pair (jax.profiler).
 
-  python scripts/profile_round.py      (from the repository root)
+    python scripts/profile_round.py [--sentences 8] [--gamma 3] [--temperature 0]
+        [--max_input_len 128] [--output_dir out/profile]      (from the repository root)
 
-Compares, per round: the real draft, a stub draft that costs nothing (isolates the
-target verify call plus the loop's bookkeeping), and the target as its own draft; and
-the baseline's cost per token. Medians of 5 runs, compilation excluded. Used for the
-cost breakdown in the benchmark issue; see BENCHMARKS.md.
+Compiles `generate.t5_generate` (baseline) and `generate.t5_speculative_generate` for
+batch 1 on the first N Multi30K test_2016 sentences (with the pair's task prefix),
+times one untraced pass of each (median of 3), then traces one pass with
+`jax.profiler` and attributes every XLA:CPU op's time to a phase through the op's
+HLO metadata: the named scopes `draft` and `verify` of `decoding.speculative_sample`
+and the Flax module names (mlp, self_attention, encoder_decoder_attention,
+logits_dense, Transformer.encode). Ops that XLA created without metadata (some dots)
+inherit the phase of their first labelled operand.
+
+Phases: `encode` (encoders and cache set-up, once per call), `draft`, `verify`
+(split by sub-layer), `accept+commit` (the rest of the speculative loop body),
+`step` (the baseline's loop body, split by sub-layer) and `other`.
+
+The tracer inflates op times and the two CPU threads overlap, so the table reports
+each phase's share of traced op time and that share of the untraced wall time, per
+round (speculative) or per token (baseline), also in units of one baseline step.
+Writes profile.json and profile.md in the output folder (atomically) and prints the
+markdown. Used for the cost breakdown in BENCHMARKS.md.
 """
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
 import json
+import os
+import pathlib
+import re
+import statistics
+import sys
+import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from specdec_jax import decoding, checkpoints
-from specdec_jax.models import t5
-from specdec_jax import train as tl
-A='specdec_jax/assets/demo_ende'
-pair=json.load(open(A+'/pair.json'))
-tc=tl.config_from_dict(pair['target_config']); dc=tl.config_from_dict(pair['draft_config'])
-tp=checkpoints.load_t5x_checkpoint(A+'/target',config=tc,dtype=jnp.float32)
-dp=checkpoints.load_t5x_checkpoint(A+'/draft',config=dc,dtype=jnp.float32)
-tm,dm=t5.Transformer(tc),t5.Transformer(dc)
-enc=jnp.array([[100,200,300,400,500,600,700,1]+[0]*8]); L=48
-def run(kind,gamma):
-  @jax.jit
-  def f(tp,dp,enc):
-    c=t5.encode_and_init_cache(tm,tp,enc,L)
-    ts=t5.make_step_fn(tm,tp)
-    if kind=='base':
-      return decoding.temperature_sample(jnp.zeros((1,L),jnp.int32),c,decoding.tokens_to_logits_from_step_fn(ts),eos_id=-5,temperature=0.0)[0]
-    d=t5.encode_and_init_cache(dm,dp,enc,L); ds=t5.make_step_fn(dm,dp)
-    if kind=='freedraft':
-      def ds(tok,lens,cache): return jnp.zeros(tok.shape+(8192,)),cache
-    if kind=='selfdraft':
-      d,ds=c,ts
-    out,_,st=decoding.speculative_sample(jnp.zeros((1,L),jnp.int32),c,ts,d,ds,eos_id=-5,gamma=gamma,vocab_size=8192,temperature=0.0)
-    return out, st.target_calls
-  r=f(tp,dp,enc); jax.block_until_ready(r)
-  ts=[]
-  for _ in range(5):
-    t=time.perf_counter(); jax.block_until_ready(f(tp,dp,enc)); ts.append(time.perf_counter()-t)
-  calls = None if kind=='base' else int(r[1][0,0])
-  return np.median(ts), calls
-b,_=run('base',0); print('base per token ms', 1000*b/L)
-for kind in ['draft','freedraft','selfdraft']:
-  for g in [2,4]:
-    t,calls=run(kind,g); print(kind,g,'per round ms',1000*t/calls,'rounds',calls, 'speedup', b/t)
+
+from specdec_jax import benchmark, decode, generate
+
+LINE = re.compile(r'\s*(?:ROOT )?%?([\w.\-]+) = [^(]*?(?:\w+)\((.*?)\)(.*)$')
+OP_NAME = re.compile(r'op_name="([^"]*)"')
+SKIP = ('ThunkExecutor', 'end:', 'SlinkyThreadPool')
+
+
+def hlo_op_names(hlo_text: str) -> dict:
+  """{instruction name: op_name}, unlabelled instructions taking their operands' label."""
+  names, operands = {}, {}
+  for line in hlo_text.splitlines():
+    m = LINE.match(line)
+    if not m:
+      continue
+    name = m.group(1)
+    operands[name] = re.findall(r'%([\w.\-]+)', m.group(2))
+    label = OP_NAME.search(line)
+    if label:
+      names[name] = label.group(1)
+  def resolve(name, depth=0):
+    if name in names or depth > 6:
+      return names.get(name, '')
+    for o in operands.get(name, ()):
+      got = resolve(o, depth + 1)
+      if got:
+        return got
+    return ''
+  return {n: resolve(n) for n in operands}
+
+
+def sublayer(op: str) -> str:
+  for key, label in (('logits', 'logits'), ('mlp', 'mlp'),
+                     ('encoder_decoder_attention', 'cross-attention'),
+                     ('self_attention', 'self-attention')):
+    if key in op:
+      return label
+  return 'other'
+
+
+def phase(op: str, speculative: bool) -> str:
+  if 'Transformer.encode' in op or 'init_cache' in op:
+    return 'encode'
+  if '/draft/' in op:
+    return 'draft'
+  if '/verify/' in op:
+    return 'verify: ' + sublayer(op)
+  if 'while/body' in op:
+    return 'accept+commit' if speculative else 'step: ' + sublayer(op)
+  return 'other'
+
+
+def profile(fn, inputs, speculative: bool, trace_dir: str):
+  """Untraced wall time (median of 3 passes), per-phase op time and the stats."""
+  compiled = jax.jit(fn).lower(inputs[0]).compile()
+  labels = hlo_op_names(compiled.as_text())
+  outs = [jax.block_until_ready(compiled(x)) for x in inputs]
+  walls = []
+  for _ in range(3):
+    t0 = time.perf_counter()
+    for x in inputs:
+      jax.block_until_ready(compiled(x))
+    walls.append(time.perf_counter() - t0)
+  jax.profiler.start_trace(trace_dir)
+  for x in inputs:
+    jax.block_until_ready(compiled(x))
+  jax.profiler.stop_trace()
+  path = sorted(glob.glob(f'{trace_dir}/**/*.xplane.pb', recursive=True),
+                key=os.path.getmtime)[-1]
+  times = collections.Counter()
+  for plane in jax.profiler.ProfileData.from_file(path).planes:
+    for line in plane.lines:
+      if 'Eigen' not in line.name and 'PjRtCpuClient' not in line.name:
+        continue
+      for ev in line.events:
+        if ev.name.startswith(SKIP) or 'Dispatch' in ev.name or ev.name.startswith('while'):
+          continue
+        times[phase(labels.get(ev.name, ''), speculative)] += ev.duration_ns / 1e9
+  return statistics.median(walls), times, outs
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  ap.add_argument('--sentences', type=int, default=8)
+  ap.add_argument('--gamma', type=int, default=3)
+  ap.add_argument('--temperature', type=float, default=0.0)
+  ap.add_argument('--max_input_len', type=int, default=128)
+  ap.add_argument('--max_decode_len', type=int, default=64)
+  ap.add_argument('--checkpoint_dtype', default=None,
+                  help='cast params when loading (default: as stored, like the benchmark)')
+  ap.add_argument('--output_dir', default='out/profile')
+  a = ap.parse_args(argv)
+  if a.sentences < 1 or a.gamma < 1 or a.temperature < 0:
+    ap.error('--sentences and --gamma must be >= 1 and --temperature >= 0.')
+
+  pair, vocab, m = benchmark.load_pair(decode.DEMO_PAIR, None, None, None, None, None, 100,
+                                       a.checkpoint_dtype)
+  records = benchmark.read_sentences(benchmark.DEFAULT_DATASETS[0][1], a.sentences)
+  prefix = decode.TRANSLATE_PREFIX
+  inputs = []
+  for r in records:
+    ids = list(vocab.encode(prefix + r.inputs))[:a.max_input_len - 1] + [vocab.eos_id]
+    inputs.append(jnp.asarray([ids + [0] * (a.max_input_len - len(ids))], jnp.int32))
+  kw = dict(eos_id=vocab.eos_id, temperature=a.temperature,
+            decode_rng=jax.random.PRNGKey(0))
+
+  def base(x):
+    return generate.t5_generate(m.target_model, m.target_params, x, a.max_decode_len, **kw)
+
+  def spec(x):
+    return generate.t5_speculative_generate(
+        m.target_model, m.target_params, m.draft_model, m.draft_params, x,
+        a.max_decode_len, a.gamma, real_vocab_size=vocab.vocab_size, **kw)
+
+  out_dir = pathlib.Path(a.output_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  with tempfile.TemporaryDirectory() as tmp:
+    base_wall, base_t, base_outs = profile(base, inputs, False, tmp + '/base')
+    spec_wall, spec_t, spec_outs = profile(spec, inputs, True, tmp + '/spec')
+
+  def n_tokens(out):
+    row = np.asarray(out[0])[0, 0]
+    hits = np.nonzero(row == vocab.eos_id)[0]
+    return int(hits[0] + 1) if hits.size else int(row.size)
+  tokens = sum(n_tokens(o) for o in base_outs)
+  rounds = sum(int(np.asarray(o[2].target_calls)[0, 0]) for o in spec_outs)
+  identical = all(np.array_equal(np.asarray(b[0]), np.asarray(s[0]))
+                  for b, s in zip(base_outs, spec_outs))
+  base_total, spec_total = sum(base_t.values()), sum(spec_t.values())
+  step_ms = 1e3 * base_wall * sum(v for k, v in base_t.items()
+                                  if k.startswith('step')) / base_total / tokens
+
+  def rows(times, total, wall, per, unit):
+    out = []
+    for k, v in sorted(times.items(), key=lambda kv: -kv[1]):
+      ms = 1e3 * wall * v / total / per
+      out.append(dict(phase=k, op_ms=1e3 * v, share=v / total, wall_ms_per_unit=ms,
+                      baseline_steps=ms / step_ms, unit=unit))
+    return out
+
+  res = dict(
+      command=' '.join(['python scripts/profile_round.py'] + (argv or sys.argv[1:])),
+      settings=vars(a), sentences=len(inputs), tokens=tokens, rounds=rounds,
+      tokens_per_round=tokens / rounds, identical=identical if a.temperature == 0 else None,
+      baseline_wall_s=base_wall, speculative_wall_s=spec_wall, speedup=base_wall / spec_wall,
+      baseline_step_ms=step_ms,
+      baseline=rows(base_t, base_total, base_wall, tokens, 'token'),
+      speculative=rows(spec_t, spec_total, spec_wall, rounds, 'round'),
+      machine=benchmark._machine())  # pylint: disable=protected-access
+
+  md = [f'# Per-phase profile (demo pair, batch 1, γ={a.gamma}, T={a.temperature}, '
+        f'{len(inputs)} Multi30K sentences, max_input_len {a.max_input_len})', '',
+        f'Command: `{res["command"]}`', '',
+        f'Baseline {base_wall * 1e3:.1f} ms, speculative {spec_wall * 1e3:.1f} ms '
+        f'(speedup {res["speedup"]:.2f}); {tokens} tokens, {rounds} rounds '
+        f'({res["tokens_per_round"]:.2f} tokens per round); one baseline decoder step '
+        f'= {step_ms:.2f} ms.' + ('' if res['identical'] is None else
+                                   f' Outputs identical: {identical}.'), '']
+  for name, key in (('Baseline, per token', 'baseline'), ('Speculative, per round',
+                                                          'speculative')):
+    md += [f'## {name}', '', '| phase | share of op time | ms | baseline steps |',
+           '|---|---|---|---|']
+    md += [f'| {r["phase"]} | {100 * r["share"]:.1f} % | {r["wall_ms_per_unit"]:.3f} | '
+           f'{r["baseline_steps"]:.2f} |' for r in res[key]]
+    md.append('')
+  text = '\n'.join(md)
+  for fname, content in (('profile.json', json.dumps(res, indent=1)), ('profile.md', text)):
+    tmp = out_dir / (fname + '.tmp')
+    tmp.write_text(content)
+    os.replace(tmp, out_dir / fname)
+  print(text)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -41,6 +41,29 @@ def acceptance_probability(p, q):
   return jnp.sum(jnp.minimum(p, q), axis=-1)
 
 
+def greedy_accept(draft_tokens, target_tokens, n_drafted):
+  """Algorithm 1 at temperature 0, on token ids only (no vocab-sized arrays).
+
+  With one-hot p and q, draft i is accepted iff x_i = argmax p_i (min(1, p/q) is 1
+  or 0) and the next token is argmax p at the first rejection, or the bonus argmax.
+
+  Args:
+    draft_tokens: int32 `[batch, gamma]`.
+    target_tokens: int32 `[batch, gamma + 1]`, the target's argmax at each position
+      (forced prompt tokens already substituted).
+    n_drafted: int32 `[batch]` in [0, gamma], as in `accept_and_resample`.
+  Returns:
+    `(n_accepted [batch] int32, next_token [batch] int32)`, identical to
+    `accept_and_resample` with one-hot p and q and greedy rows.
+  """
+  gamma = draft_tokens.shape[1]
+  ok = (draft_tokens == target_tokens[:, :gamma]) & (
+      jnp.arange(gamma)[None, :] < n_drafted[:, None])
+  n_accepted = jnp.sum(jnp.cumprod(ok.astype(jnp.int32), axis=1), axis=1)
+  next_token = jnp.take_along_axis(target_tokens, n_accepted[:, None], axis=1)[:, 0]
+  return n_accepted.astype(jnp.int32), next_token.astype(jnp.int32)
+
+
 def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coin_keys, resample_keys):
   """Applies Algorithm 1's acceptance test and draws the next token, per row.
 
@@ -62,7 +85,7 @@ def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coin_keys, resamp
   p_draft = p[:, :gamma]
   p_x = jnp.take_along_axis(p_draft, draft_tokens[..., None], axis=-1)[..., 0]
   q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]
-  greedy_ok = draft_tokens == jnp.argmax(p_draft, axis=-1)
+  greedy_ok = draft_tokens == sampling.argmax(p_draft)
   all_greedy = greedy is True
   if all_greedy:
     ok = greedy_ok
@@ -74,7 +97,7 @@ def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coin_keys, resamp
   n_accepted = jnp.sum(jnp.cumprod(ok.astype(jnp.int32), axis=1), axis=1)
 
   p_next = jnp.take_along_axis(p, n_accepted[:, None, None], axis=1)[:, 0]
-  greedy_next = jnp.argmax(p_next, axis=-1).astype(jnp.int32)
+  greedy_next = sampling.argmax(p_next)
   if all_greedy:
     return n_accepted.astype(jnp.int32), greedy_next
   q_pad = jnp.concatenate([q, jnp.zeros_like(q[:, :1])], axis=1)

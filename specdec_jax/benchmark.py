@@ -16,8 +16,9 @@ the same process, on the same tokenized inputs:
 * acceptance rate = Σaccepted / Σdrafted, the paper's α = Σalpha_sum / Σalpha_count,
   tokens per target call = Σtokens / Σtarget_calls (real rows only);
 * c = t(draft, 1-token step) / t(target, 1-token step) and
-  v(γ) = t(target, (γ+1)-token step) / t(target, 1-token step), from jitted `step`
-  calls on a warm cache (medians of `step_timing_iters` calls);
+  v(γ) = t(target, (γ+1)-token step) / t(target, 1-token step), timed inside a
+  compiled loop of cached calls (see `step_costs`; medians of `step_timing_iters`
+  runs), so that per-call dispatch does not hide the models' real step costs;
 * predicted speedup (paper Theorem 3.8) = (1 − α^(γ+1)) / ((1 − α)(γc + 1)), and
   with the verify cost (1 − α^(γ+1)) / ((1 − α)(γc + v)); efficiency = measured /
   predicted.
@@ -62,7 +63,7 @@ DEFAULT_DATASETS = (
 )
 
 QUICK = dict(num_sentences=4, gammas=(2, 4), batch_sizes=(1,), temperatures=(0.0,),
-             repeats=1, hf_peer=False, step_timing_iters=10)
+             repeats=1, hf_peer=False, step_timing_iters=5)
 
 
 # ---------------------------------------------------------------------------- formulas
@@ -171,29 +172,52 @@ class Runner:
     return int(sum(len(o) for o in self.outputs))
 
 
+LOOP_STEPS = 16  # cached calls per timed lax.fori_loop in `step_costs`
+
+
 def step_costs(models, tokens, max_decode_len, gammas, iters: int) -> dict:
-  """Median wall time of jitted 1-token draft / target steps and (γ+1)-token target steps."""
+  """Seconds per cached call, measured inside a compiled loop, and the ratios c and v.
+
+  Each (model, k) gets one jitted `lax.fori_loop` of `LOOP_STEPS` k-token calls that
+  feed each call's argmax back as the next input (as decoding does), on a warm
+  cache; a call's time is the loop's median time over `iters` runs / LOOP_STEPS. In
+  a loop, like inside the decoders' `while_loop`, per-dispatch overhead is amortized
+  and the weights compete for the caches as they do while decoding.
+
+  Returns:
+    dict with target_step_s {k: s}, draft_step_s, c = draft / target 1-token call
+    (paper §3.3) and v {γ: target (γ+1)-token call / target 1-token call}.
+  """
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from specdec_jax import sampling  # pylint: disable=g-import-not-at-top
   from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
 
   def timings(model, params, ks):
     cache = jax.jit(lambda p, x: t5.encode_and_init_cache(model, p, x, max_decode_len))(
         params, jnp.asarray(tokens))
-    step = jax.jit(lambda p, t, l, c: t5.make_step_fn(model, p)(t, l, c)[0])
     b = tokens.shape[0]
-    lengths = jnp.full((b,), min(8, max_decode_len - max(ks)), jnp.int32)
     out = {}
     for k in ks:
-      toks = jnp.ones((b, k), jnp.int32)
-      for _ in range(2):
-        jax.block_until_ready(step(params, toks, lengths, cache))
+      lengths = jnp.full((b,), max(0, min(8, max_decode_len - k)), jnp.int32)
+
+      @jax.jit
+      def loop(p, c, k=k, lengths=lengths):
+        step = t5.make_step_fn(model, p)
+
+        def body(_, carry):
+          c, tok = carry
+          logits, c = step(jnp.broadcast_to(tok[:, None], (b, k)), lengths, c)
+          return c, sampling.argmax(logits[:, -1])
+        return jax.lax.fori_loop(0, LOOP_STEPS, body, (c, jnp.ones((b,), jnp.int32)))[1]
+
+      jax.block_until_ready(loop(params, cache))
       ts = []
       for _ in range(iters):
         t0 = time.perf_counter()
-        jax.block_until_ready(step(params, toks, lengths, cache))
+        jax.block_until_ready(loop(params, cache))
         ts.append(time.perf_counter() - t0)
-      out[k] = statistics.median(ts)
+      out[k] = statistics.median(ts) / LOOP_STEPS
     return out
 
   target = timings(models.target_model, models.target_params,
@@ -329,7 +353,7 @@ def benchmark(output_dir: str = 'out/benchmark',
               batch_sizes: Sequence[int] = (1, 8),
               repeats: int = 3,
               seed: int = 0,
-              step_timing_iters: int = 50,
+              step_timing_iters: int = 15,
               hf_peer: bool = True,
               hf_threads: Optional[int] = None,
               hf_num_assistant_tokens: Optional[int] = None,
@@ -337,7 +361,7 @@ def benchmark(output_dir: str = 'out/benchmark',
   """Runs the benchmark (see the module docstring); returns the results dict.
 
   `quick=True` overrides num_sentences=4, gammas=(2, 4), batch_sizes=(1,),
-  temperatures=(0.0,), repeats=1, no HF peer, step_timing_iters=10.
+  temperatures=(0.0,), repeats=1, no HF peer, step_timing_iters=5.
   """
   import jax  # pylint: disable=g-import-not-at-top
   settings = dict(num_sentences=num_sentences, gammas=tuple(gammas),

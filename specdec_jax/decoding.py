@@ -173,13 +173,13 @@ def temperature_sample(inputs, cache, tokens_to_logits: Callable, eos_id: int,
         cur_index=state.cur_index, sequences=state.sequences[:, 1:],
         cur_token=state.cur_token, cache=state.cache))
     logits = logits.astype(jnp.float32)
-    greedy_token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    greedy_token = sampling.argmax(logits)
     if static_greedy:
       token = greedy_token
       std = None
     else:
       std = sampling.standardize(logits, temp, topk, topp)
-      sampled = jax.random.categorical(sample_rng, std).astype(jnp.int32)
+      sampled = sampling.categorical(sample_rng, std)  # = jax.random.categorical
       token = jnp.where(temp <= MIN_TEMPERATURE, greedy_token, sampled)
     if static_greedy and rescale_log_probs:
       token_lp = jnp.zeros((flat,), jnp.float32)  # log 1 under the one-hot distribution.
@@ -357,8 +357,12 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
 
   def body_fn(s):
     active = ~s.done
-    round_keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, s.round),
-                                                     gamma + 2))(keys)
+    if static_greedy:  # greedy rounds draw no random numbers
+      round_keys = [None] * (gamma + 2)
+    else:
+      round_keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, s.round),
+                                                       gamma + 2))(keys)
+      round_keys = [round_keys[:, i] for i in range(gamma + 2)]
     n_drafted = jnp.clip(limit - s.n - 1, 0, gamma)
     # Forced prompt tokens at the positions this round can reach (index n+1+i).
     # Non-zero = forced prompt token (sequence entries beyond n are prompt or 0).
@@ -366,18 +370,29 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
                                                           max_decode_len), axis=1)
     forced = jnp.where(s.n[:, None] + 1 + steps <= max_decode_len, forced, 0)
 
-    draft_tokens, q, draft_cache = draft.draft_block(
-        draft_step_fn, s.draft_cache, s.sequences, s.n, gamma, vocab_size, temp, topk,
-        topp, round_keys[:, :gamma], forced[:, :gamma], real_vocab_size)
-    logits, target_cache = verify.verify_block(target_step_fn, s.target_cache,
-                                               s.sequences, s.n, draft_tokens)
-    std_p = sampling.standardize(logits, temp if static_greedy else temp[:, None], topk, topp)
-    p = sampling.probs_from_logits(std_p)
+    # Named scopes label each phase in profiles (scripts/profile_round.py).
+    with jax.named_scope('draft'):
+      draft_tokens, q, draft_cache = draft.draft_block(
+          draft_step_fn, s.draft_cache, s.sequences, s.n, gamma, vocab_size, temp, topk,
+          topp, None if static_greedy else jnp.stack(round_keys[:gamma], axis=1),
+          forced[:, :gamma], real_vocab_size)
+    with jax.named_scope('verify'):
+      logits, target_cache = verify.verify_block(target_step_fn, s.target_cache,
+                                                 s.sequences, s.n, draft_tokens)
     is_forced = forced > 0
-    p = jnp.where(is_forced[..., None], jax.nn.one_hot(forced, p.shape[-1]), p)
-    n_acc, next_token = accept.accept_and_resample(
-        draft_tokens, q, p, n_drafted, greedy, round_keys[:, gamma],
-        round_keys[:, gamma + 1])
+    if static_greedy:
+      # Token ids only: p and q are one-hot, so the rule compares argmaxes and
+      # β = Σ min(p, q) is 1 where the draft's token is the target's argmax.
+      target_tokens = jnp.where(is_forced, forced, sampling.argmax(logits))
+      n_acc, next_token = accept.greedy_accept(draft_tokens, target_tokens, n_drafted)
+      beta = (draft_tokens == target_tokens[:, :gamma]).astype(jnp.float32)
+    else:
+      std_p = sampling.standardize(logits, temp[:, None], topk, topp)
+      p = sampling.probs_from_logits(std_p)
+      p = jnp.where(is_forced[..., None], jax.nn.one_hot(forced, p.shape[-1]), p)
+      n_acc, next_token = accept.accept_and_resample(
+          draft_tokens, q, p, n_drafted, greedy, round_keys[gamma], round_keys[gamma + 1])
+      beta = accept.acceptance_probability(p[:, :gamma], q)
 
     # Emitted block: accepted drafts, then the correction / bonus token; cut at EOS.
     emitted = jnp.concatenate([draft_tokens, jnp.zeros_like(next_token[:, None])], axis=1)
@@ -408,7 +423,6 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
     # positions whose prefix was accepted — up to and including the first rejection.
     n_scored = jnp.minimum(n_acc + 1, n_drafted)
     scored = (steps[None, :gamma] < n_scored[:, None]) & ~is_forced[:, :gamma] & active[:, None]
-    beta = accept.acceptance_probability(p[:, :gamma], q)
     done = s.done | (active & (hit_eos | (n_new >= limit)))
     return _SpecLoopState(
         n=n_new, sequences=sequences, target_cache=target_cache, draft_cache=draft_cache,

@@ -34,22 +34,25 @@ def draft_block(step_fn: StepFn, cache, sequences, n, gamma: int, vocab_size: in
     vocab_size: the target's vocabulary size (draft logits are padded/truncated to it).
     temperature: a static Python number (≤ 1e-4: greedy) or float32 `[batch]`.
     topk, topp: standardization, as for the target.
-    keys: `[batch, gamma]` PRNG keys, one per draft sample.
+    keys: `[batch, gamma]` PRNG keys, one per draft sample (unused, may be None, when
+      `temperature` is a static greedy value).
     forced_tokens: int32 `[batch, gamma]`, non-zero where the position holds a forced
       prompt token (then that token is "drafted" with q = one-hot).
     real_vocab_size: optional; draft ids at or beyond it get probability 0.
   Returns:
-    `(draft_tokens [batch, gamma] int32, q [batch, gamma, vocab_size] float32, cache)`.
+    `(draft_tokens [batch, gamma] int32, q [batch, gamma, vocab_size] float32, cache)`;
+    q is None when `temperature` is a static greedy value (argmax drafting: q would
+    be one-hot, and the greedy rule only compares tokens).
   """
+  static_greedy = sampling.is_static_greedy(temperature)
+
   def propose(logits, i):
-    std = sampling.standardize(
-        sampling.match_vocab(logits, vocab_size, real_vocab_size), temperature, topk, topp)
-    if sampling.is_static_greedy(temperature):
-      token = jnp.argmax(std, axis=-1).astype(jnp.int32)
-    else:
-      token = sampling.sample_rows(keys[:, i], std)
+    logits = sampling.match_vocab(logits, vocab_size, real_vocab_size)
     forced = forced_tokens[:, i]
-    token = jnp.where(forced > 0, forced, token)
+    if static_greedy:  # argmax only: no vocab-sized distribution is needed.
+      return jnp.where(forced > 0, forced, sampling.argmax(logits)), None
+    std = sampling.standardize(logits, temperature, topk, topp)
+    token = jnp.where(forced > 0, forced, sampling.sample_rows(keys[:, i], std))
     q = sampling.probs_from_logits(std)
     q = jnp.where((forced > 0)[:, None], jax.nn.one_hot(forced, vocab_size), q)
     return token, q
@@ -68,4 +71,5 @@ def draft_block(step_fn: StepFn, cache, sequences, n, gamma: int, vocab_size: in
     token, q = propose(logits[:, 0], i)
     tokens.append(token)
     qs.append(q)
-  return jnp.stack(tokens, axis=1), jnp.stack(qs, axis=1), cache
+  q = None if static_greedy else jnp.stack(qs, axis=1)
+  return jnp.stack(tokens, axis=1), q, cache

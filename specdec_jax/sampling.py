@@ -80,7 +80,7 @@ def standardize(logits, temperature, topk: int = 0, topp=0.0):
   """
   logits = logits.astype(jnp.float32)
   greedy_std = jnp.where(
-      jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.bool_),
+      jax.nn.one_hot(argmax(logits), logits.shape[-1], dtype=jnp.bool_),
       0.0, NEG_INF)
   if is_static_greedy(temperature):
     return greedy_std
@@ -98,6 +98,29 @@ def probs_from_logits(std_logits):
   return jax.nn.softmax(std_logits, axis=-1)
 
 
+def argmax(x):
+  """Index of the largest entry on the last axis, int32 `x.shape[:-1]`.
+
+  Same result as `jnp.argmax(x, axis=-1)` (first index on ties; the first NaN if any)
+  but built from two plain reductions (max, then the smallest index attaining it)
+  instead of XLA's variadic (value, index) reduction, which XLA:CPU does not
+  vectorize: about 7× faster over an 8k vocabulary on CPU (see BENCHMARKS.md).
+  """
+  m = jnp.max(x, axis=-1, keepdims=True)
+  iota = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
+  hit = (x == m) | jnp.isnan(x)
+  return jnp.min(jnp.where(hit, iota, x.shape[-1]), axis=-1).astype(jnp.int32)
+
+
+def categorical(key, logits):
+  """One sample from softmax(logits) over the last axis: Gumbel-max, int32.
+
+  Draws the very same sample as `jax.random.categorical(key, logits)` (the same
+  Gumbel noise, then `argmax` above), only faster on CPU.
+  """
+  return argmax(logits + jax.random.gumbel(key, logits.shape, logits.dtype))
+
+
 def sample_rows(keys, std_logits):
   """One categorical sample per row with its own key.
 
@@ -105,9 +128,9 @@ def sample_rows(keys, std_logits):
     keys: `[batch]` PRNG keys (or `[batch, 2]` raw uint32 keys).
     std_logits: `[batch, vocab]`.
   Returns:
-    int32 `[batch]`.
+    int32 `[batch]`, equal to `vmap(jax.random.categorical)(keys, std_logits)`.
   """
-  return jax.vmap(jax.random.categorical)(keys, std_logits).astype(jnp.int32)
+  return jax.vmap(categorical)(keys, std_logits)
 
 
 def match_vocab(logits, vocab_size: int, real_vocab_size: int | None = None):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax import accept, decoding, generate
+from specdec_jax import accept, decoding, generate, sampling
 from specdec_jax.models import t5
 
 ENC = np.array([[5, 6, 7, 8, 9, 1], [10, 11, 12, 1, 0, 0], [13, 1, 0, 0, 0, 0],
@@ -38,6 +38,43 @@ def test_accept_rule_on_one_hots_is_deterministic():
   n_acc, nxt = accept.accept_and_resample(x, q, p, jnp.array([1]), jnp.array([True]),
                                           keys[:1], keys[1:])
   assert int(n_acc[0]) == 1 and int(nxt[0]) == 2
+
+
+def test_greedy_accept_matches_the_general_rule_on_one_hots():
+  """`greedy_accept` (token ids only) = `accept_and_resample` with one-hot p, q."""
+  rng = np.random.default_rng(0)
+  v, gamma = 4, 3
+  for _ in range(50):
+    x = jnp.asarray(rng.integers(0, v, (2, gamma)), jnp.int32)
+    t = jnp.asarray(rng.integers(0, v, (2, gamma + 1)), jnp.int32)
+    n_drafted = jnp.asarray(rng.integers(0, gamma + 1, 2), jnp.int32)
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    want = accept.accept_and_resample(x, jax.nn.one_hot(x, v), jax.nn.one_hot(t, v),
+                                      n_drafted, jnp.array([True, True]), keys[:2], keys[2:])
+    got = accept.greedy_accept(x, t, n_drafted)
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
+def test_fast_argmax_and_categorical_equal_jax():
+  """`sampling.argmax` = jnp.argmax (ties → first, NaN → first NaN); `categorical`
+  draws the very same samples as jax.random.categorical for the same key."""
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((5, 300)).astype(np.float32)
+  x[1, [3, 200]] = 9.0  # tie: first index wins
+  x[2, [7, 9]] = np.nan  # NaN: first NaN wins, like jnp.argmax
+  x[3, :] = sampling.NEG_INF
+  np.testing.assert_array_equal(np.asarray(sampling.argmax(jnp.asarray(x))),
+                                np.asarray(jnp.argmax(jnp.asarray(x), axis=-1)))
+  logits = jnp.asarray(np.where(rng.random((4, 300)) < 0.5, sampling.NEG_INF,
+                                rng.standard_normal((4, 300))), jnp.float32)
+  for seed in range(20):
+    key = jax.random.PRNGKey(seed)
+    np.testing.assert_array_equal(np.asarray(sampling.categorical(key, logits)),
+                                  np.asarray(jax.random.categorical(key, logits)))
+    keys = jax.random.split(key, 4)
+    np.testing.assert_array_equal(np.asarray(sampling.sample_rows(keys, logits)),
+                                  np.asarray(jax.vmap(jax.random.categorical)(keys, logits)))
 
 
 def spec(pair, enc, gamma=3, temperature=1.0, key=None, **kw):
