@@ -1,7 +1,7 @@
 """Per-phase profile of baseline vs speculative decoding on the demo pair (jax.profiler).
 
     python scripts/profile_round.py [--sentences 8] [--gamma 3] [--temperature 0]
-        [--max_input_len 128] [--output_dir out/profile]      (from the repository root)
+        [--max_input_len 64] [--checkpoint_dtype float32] [--output_dir out/profile]      (from the repository root)
 
 Compiles `generate.t5_generate` (baseline) and `generate.t5_speculative_generate` for
 batch 1 on the first N Multi30K test_2016 sentences (with the pair's task prefix),
@@ -125,17 +125,20 @@ def main(argv=None) -> int:
   ap.add_argument('--sentences', type=int, default=8)
   ap.add_argument('--gamma', type=int, default=3)
   ap.add_argument('--temperature', type=float, default=0.0)
-  ap.add_argument('--max_input_len', type=int, default=128)
+  ap.add_argument('--max_input_len', type=int, default=64,
+                  help='inputs are padded to this length (Multi30K sentences fit in 64)')
   ap.add_argument('--max_decode_len', type=int, default=64)
-  ap.add_argument('--checkpoint_dtype', default=None,
-                  help='cast params when loading (default: as stored, like the benchmark)')
+  ap.add_argument('--checkpoint_dtype', default='float32',
+                  help="cast params when loading, as configs/runs/benchmark.gin does; "
+                       "'none' = as stored (bfloat16 for the demo pair)")
   ap.add_argument('--output_dir', default='out/profile')
   a = ap.parse_args(argv)
   if a.sentences < 1 or a.gamma < 1 or a.temperature < 0:
     ap.error('--sentences and --gamma must be >= 1 and --temperature >= 0.')
 
   pair, vocab, m = benchmark.load_pair(decode.DEMO_PAIR, None, None, None, None, None, 100,
-                                       a.checkpoint_dtype)
+                                       None if a.checkpoint_dtype == 'none'
+                                       else a.checkpoint_dtype)
   records = benchmark.read_sentences(benchmark.DEFAULT_DATASETS[0][1], a.sentences)
   prefix = decode.TRANSLATE_PREFIX
   inputs = []

@@ -5,7 +5,9 @@
 
 For every (dataset, temperature, batch size) the job times `generate.t5_generate`
 (the baseline) and `generate.t5_speculative_generate` for every γ in the sweep, in
-the same process, on the same tokenized inputs:
+the same process, on the same tokenized inputs (each batch padded to the smallest of
+`input_length_buckets` or `max_input_len` that holds it, so that short sentences do
+not pay for encoding 128 padding positions; every shape is compiled before timing):
 
 * compilation is excluded: every program gets one warm-up call first (its time is
   reported separately as `first_call_s`, and `compile_s ≈ first_call_s − median`);
@@ -145,7 +147,13 @@ class Runner:
         **kw)
 
   def warm_up(self):
+    """Compiles (and times) the first call; warms every other input shape untimed."""
     self.first_call_s, _ = _timed(lambda: self._call(self.batches[0], 0))
+    seen = {self.batches[0].tokens.shape}
+    for i, batch in enumerate(self.batches):
+      if batch.tokens.shape not in seen:
+        seen.add(batch.tokens.shape)
+        _timed(lambda: self._call(batch, i))  # pylint: disable=cell-var-from-loop
 
   def run_once(self):
     import jax  # pylint: disable=g-import-not-at-top
@@ -347,6 +355,7 @@ def benchmark(output_dir: str = 'out/benchmark',
               num_sentences: int = 20,
               prefix: str = decode_lib.TRANSLATE_PREFIX,
               max_input_len: int = 64,
+              input_length_buckets: Sequence[int] = (32, 64),
               max_decode_len: int = 64,
               gammas: Sequence[int] = (1, 2, 3, 4, 5, 7),
               temperatures: Sequence[float] = (0.0, 1.0),
@@ -385,6 +394,7 @@ def benchmark(output_dir: str = 'out/benchmark',
   results = dict(
       command=' '.join(['python -m specdec_jax.benchmark'] + sys.argv[1:]),
       settings=dict(s, quick=quick, max_input_len=max_input_len,
+                    input_length_buckets=list(input_length_buckets),
                     max_decode_len=max_decode_len, seed=seed, prefix=prefix,
                     datasets=[dict(name=n, path=p, sentences=len(e)) for n, p, e in data]),
       pair=dict(name=pair.name, target_config=_config_dict(models.target_model.config),
@@ -395,7 +405,8 @@ def benchmark(output_dir: str = 'out/benchmark',
 
   jax_greedy = {}
   for bs in s['batch_sizes']:
-    first_batch = next(inputs_lib.batches(data[0][2], bs, max_input_len)).tokens
+    first_batch = next(inputs_lib.batches(data[0][2], bs, max_input_len,
+                                          input_length_buckets)).tokens
     costs = step_costs(models, first_batch, max_decode_len, s['gammas'],
                        s['step_timing_iters'])
     results['step_costs'][str(bs)] = costs
@@ -403,7 +414,7 @@ def benchmark(output_dir: str = 'out/benchmark',
           + ', '.join(f'γ{g}:{costs["v"][str(g)]:.2f}' for g in s['gammas']), flush=True)
     for temp in s['temperatures']:
       for dname, dpath, examples in data:
-        batches = list(inputs_lib.batches(examples, bs, max_input_len))
+        batches = list(inputs_lib.batches(examples, bs, max_input_len, input_length_buckets))
         common = dict(temperature=float(temp), max_decode_len=max_decode_len, eos_id=eos,
                       seed=seed, real_vocab_size=vocab.vocab_size)
         base = Runner(models, batches, method='baseline', gamma=None, **common)
@@ -546,7 +557,9 @@ def markdown(res: dict) -> str:
       f'Command: `{res["command"]}`', '',
       f'Pair: `{res["pair"]["name"]}` — sentences per dataset: '
       + ', '.join(f'{d["name"]} {d["sentences"]}' for d in s['datasets'])
-      + f'; max_input_len {s["max_input_len"]}, max_decode_len {s["max_decode_len"]}, '
+      + f'; max_input_len {s["max_input_len"]} (batches padded to the smallest of '
+      f'{s.get("input_length_buckets") or []} or max_input_len that fits), '
+      f'max_decode_len {s["max_decode_len"]}, '
       f'repeats {s["repeats"]} (times: median [min–max] of the repeats, compilation excluded).',
       '',
       f'Machine: {m["cpu_count"]} CPU cores ({m["processor"]}), {m["platform"]}; load average '

@@ -85,15 +85,9 @@ EXIT_DEMO_PAIR_MISSING = 3
 
 
 def register_configurables() -> None:
-  """Registers `network.T5Config` (T5X's name) and the dtype constants with gin, once.
-
-  Uses `specdec_jax.gin_utils` (the project's central T5X-name registration) when
-  present, else the registration `specdec_jax.train` makes at import.
-  """
-  try:
-    from specdec_jax import gin_utils  # noqa: F401  pylint: disable=g-import-not-at-top
-  except ImportError:
-    from specdec_jax import train  # noqa: F401  pylint: disable=g-import-not-at-top
+  """Registers `network.T5Config` (T5X's name) and the dtype constants with gin, once
+  (through `specdec_jax.gin_utils`, the project's one place for T5X-name registrations)."""
+  from specdec_jax import gin_utils  # noqa: F401  pylint: disable=g-import-not-at-top
 
 
 # At import, so that gin files parsed by a library user can say @target/network.T5Config().

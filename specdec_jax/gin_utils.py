@@ -33,10 +33,8 @@ from typing import Optional
 import gin
 import optax
 
-# `specdec_jax.train` registers network.T5Config and the network.float32 /
-# network.bfloat16 constants; importing it first keeps a single registration
-# whichever of the two modules is imported first.
-from specdec_jax import train as _train  # noqa: F401  pylint: disable=unused-import
+import jax.numpy as jnp
+
 from specdec_jax import decoding, paths
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
@@ -97,6 +95,9 @@ def t5_vocab_path(data_dir: Optional[str] = None) -> str:
   return path
 
 
+_register(T5Config, 'T5Config', 'network')
+gin.constant('network.float32', jnp.float32)
+gin.constant('network.bfloat16', jnp.bfloat16)
 _register(transformer, 'Transformer', 'network')
 _register(sentencepiece_vocabulary, 'SentencePieceVocabulary', 'seqio')
 _register(optax.adafactor, 'adafactor', 'optax')

@@ -263,18 +263,34 @@ class Batch:
   n_real: int
 
 
-def batches(examples: Sequence[Example], batch_size: int,
-            max_input_len: int) -> Iterator[Batch]:
-  """Fixed-shape batches in input order; the last one is padded with copies of its first row.
+def batches(examples: Sequence[Example], batch_size: int, max_input_len: int,
+            length_buckets: Sequence[int] = ()) -> Iterator[Batch]:
+  """Batches in input order; the last one is padded with copies of its first row.
 
   Padding rows repeat a real row (rather than all-padding rows) so that they finish
   decoding no later than it; their outputs are dropped.
+
+  Args:
+    examples: tokenized examples (each at most `max_input_len` tokens).
+    batch_size: rows per batch.
+    max_input_len: the padded length `[batch, max_input_len]` of every batch, unless
+      `length_buckets` is given.
+    length_buckets: optional increasing lengths; each batch is then padded to the
+      smallest bucket (or `max_input_len`) that holds its longest row, so short
+      inputs do not pay for encoding padding (one compilation per bucket used).
+  Raises:
+    ValueError: batch_size < 1, or a bucket that is not a positive int.
   """
   if not isinstance(batch_size, int) or batch_size < 1:
     raise ValueError(f'decode.batch_size must be an int >= 1, got {batch_size!r}.')
+  if any(not isinstance(b, int) or b < 1 for b in length_buckets):
+    raise ValueError(f'length_buckets must be positive ints, got {tuple(length_buckets)!r}.')
+  buckets = sorted({b for b in length_buckets if b < max_input_len} | {max_input_len})
   for start in range(0, len(examples), batch_size):
     chunk = tuple(examples[start:start + batch_size])
-    tokens = np.zeros((batch_size, max_input_len), np.int32)
+    longest = max(len(ex.tokens) for ex in chunk)
+    length = next(b for b in buckets if b >= longest)
+    tokens = np.zeros((batch_size, length), np.int32)
     for row in range(batch_size):
       ex = chunk[row] if row < len(chunk) else chunk[0]
       tokens[row, :len(ex.tokens)] = ex.tokens

@@ -45,14 +45,11 @@ from tqdm import tqdm
 
 from specdec_jax import data as data_lib
 from specdec_jax import flags
+# Registers T5X's gin names (network.T5Config, ...), so T5X-style bindings work here.
+from specdec_jax import gin_utils  # noqa: F401  pylint: disable=unused-import
 from specdec_jax import vocabulary
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
-
-# T5X gin files bind `network.T5Config.<field>`; the same bindings work here.
-gin.external_configurable(T5Config, name='T5Config', module='network')
-gin.constant('network.float32', jnp.float32)
-gin.constant('network.bfloat16', jnp.bfloat16)
 
 
 # ---------------------------------------------------------------------------- config io

@@ -353,3 +353,20 @@ def test_pair_dir_with_pair_json(pair, shared, tmp_path):
   assert len(prepared.examples) == 8  # The built-in examples.
   assert prepared.target_params['decoder']['logits_dense']['kernel'].shape == (8, 32128)
   assert not (tmp_path / 'o.jsonl').exists()
+
+
+def test_batches_pad_to_length_buckets():
+  """`length_buckets`: each batch takes the smallest bucket (or max_input_len) that fits."""
+  def ex(i, n):
+    return inputs_lib.Example(i, inputs_lib.Record(f'x{i}', None, f'in:{i}'),
+                              tuple(range(2, n + 1)) + (1,), False)
+  examples = [ex(0, 5), ex(1, 40), ex(2, 70), ex(3, 3)]
+  got = [b.tokens.shape for b in inputs_lib.batches(examples, 1, 128, (32, 64))]
+  assert got == [(1, 32), (1, 64), (1, 128), (1, 32)]
+  got = [b.tokens.shape for b in inputs_lib.batches(examples, 2, 128, (32, 64))]
+  assert got == [(2, 64), (2, 128)]
+  assert [b.tokens.shape for b in inputs_lib.batches(examples, 4, 128)] == [(4, 128)]
+  first = next(inputs_lib.batches(examples, 1, 128, (32,)))
+  np.testing.assert_array_equal(first.tokens[0, :6], [2, 3, 4, 5, 1, 0])
+  with pytest.raises(ValueError, match='length_buckets'):
+    next(inputs_lib.batches(examples, 1, 128, (0,)))
