@@ -28,7 +28,7 @@ not pay for encoding 128 padding positions; every shape is compiled before timin
 At temperature 0 the two methods must produce the same tokens; the job records
 the comparison (`identical_at_t0`) per setting and overall.
 
-The peer (`hf_peer=True`): the pair is exported with `checkpoints.export_hf_t5`
+The peer (`hf_peer=True`): the pair is exported with `hf_t5.export_hf_t5`
 and Hugging Face `generate` is timed without and with `assistant_model=draft`
 (batch 1, greedy, `torch.set_num_threads(hf_threads or os.cpu_count())`). It is
 skipped with a note when torch / transformers are missing.
@@ -252,13 +252,13 @@ def run_hf_peer(models, datasets, *, max_decode_len, repeats, threads, num_assis
     import transformers  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     return dict(skipped=True, note=f'HF peer skipped: {e} (install torch and transformers).')
-  from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
+  from specdec_jax import hf_t5  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(threads)
   with tempfile.TemporaryDirectory(prefix='specdec_hf_') as tmp:
-    tdir = checkpoints.export_hf_t5(models.target_params, models.target_model.config,
-                                    os.path.join(tmp, 'target'))
-    ddir = checkpoints.export_hf_t5(models.draft_params, models.draft_model.config,
-                                    os.path.join(tmp, 'draft'))
+    tdir = hf_t5.export_hf_t5(models.target_params, models.target_model.config,
+                              os.path.join(tmp, 'target'))
+    ddir = hf_t5.export_hf_t5(models.draft_params, models.draft_model.config,
+                              os.path.join(tmp, 'draft'))
     cls = transformers.T5ForConditionalGeneration
     target = cls.from_pretrained(tdir).eval()
     draft = cls.from_pretrained(ddir).eval()

@@ -13,6 +13,7 @@ import pytest
 import tensorstore as ts
 
 from specdec_jax import checkpoints
+from specdec_jax import hf_t5
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
 from specdec_jax.paths import data_dir
@@ -72,7 +73,7 @@ def test_t5x_tiny_checkpoint_runs_and_matches_hf(t5x_dir, tmp_path):
   # A checkpoint written by T5X gives HF's logits once exported.
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
-  folder = checkpoints.export_hf_t5(params, TINY, tmp_path / 'hf')
+  folder = hf_t5.export_hf_t5(params, TINY, tmp_path / 'hf')
   model = transformers.T5ForConditionalGeneration.from_pretrained(folder).eval()
   with torch.no_grad():
     theirs = model(input_ids=torch.from_numpy(enc).long(),
@@ -281,7 +282,7 @@ def test_import_hf_folder_t5_1_1(tmp_path):
   model.save_pretrained(tmp_path / 'hf')
   model = model.eval()
 
-  params, config = checkpoints.load_hf_t5(tmp_path / 'hf', dropout_rate=0.0)
+  params, config = hf_t5.load_hf_t5(tmp_path / 'hf', dropout_rate=0.0)
   assert config == T5Config(vocab_size=64, emb_dim=16, num_heads=2, head_dim=4, mlp_dim=24,
                             num_encoder_layers=2, num_decoder_layers=1,
                             mlp_activations=('gelu', 'linear'), logits_via_embedding=False,

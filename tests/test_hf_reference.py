@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
 
-from specdec_jax import checkpoints  # noqa: E402
+from specdec_jax import hf_t5  # noqa: E402
 from specdec_jax.models import t5  # noqa: E402
 from specdec_jax.models.config import T5Config  # noqa: E402
 
@@ -81,8 +81,8 @@ def our_logits(config, params, enc, dec):
 def test_imported_hf_weights_give_hf_logits(kind):
   model = random_hf_model(kind)
   config = our_config(kind)
-  assert checkpoints.t5_config_from_hf(model.config) == config
-  params = checkpoints.import_hf_t5(model.state_dict(), model.config)
+  assert hf_t5.t5_config_from_hf(model.config) == config
+  params = hf_t5.import_hf_t5(model.state_dict(), model.config)
   t5.check_params(params, config)
   assert ('logits_dense' in params['decoder']) == (kind == 't5_1_1')
   enc, dec = inputs()
@@ -101,7 +101,7 @@ def test_exported_params_load_in_hf_with_same_logits(kind, tmp_path):
       lambda p, x: x * jax.random.uniform(jax.random.PRNGKey(len(str(p))), x.shape, x.dtype,
                                           0.5, 1.5)
       if 'scale' in jax.tree_util.keystr(p) else x, params)
-  folder = checkpoints.export_hf_t5(params, config, tmp_path / 'hf')
+  folder = hf_t5.export_hf_t5(params, config, tmp_path / 'hf')
   model = transformers.T5ForConditionalGeneration.from_pretrained(folder).eval()
   assert (model.lm_head.weight is model.shared.weight) == (kind == 't5_1_0')
   assert model.config.decoder_start_token_id == 0
@@ -109,6 +109,6 @@ def test_exported_params_load_in_hf_with_same_logits(kind, tmp_path):
   ours = np.asarray(our_logits(config, params, enc, dec))
   assert np.abs(ours - hf_logits(model, enc, dec)).max() <= TOL
   # And back: the import inverts the export exactly.
-  again = checkpoints.import_hf_t5(folder)
+  again = hf_t5.import_hf_t5(folder)
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), b), params, again)
-  assert checkpoints.t5_config_from_hf(folder) == config
+  assert hf_t5.t5_config_from_hf(folder) == config
