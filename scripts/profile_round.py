@@ -31,6 +31,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import statistics
 import sys
 import tempfile
@@ -183,7 +184,7 @@ def main(argv=None) -> int:
     return out
 
   res = dict(
-      command=' '.join(['python scripts/profile_round.py'] + (argv or sys.argv[1:])),
+      command=shlex.join(['python', 'scripts/profile_round.py'] + (argv or sys.argv[1:])),
       settings=vars(a), sentences=len(inputs), tokens=tokens, rounds=rounds,
       tokens_per_round=tokens / rounds, identical=identical if a.temperature == 0 else None,
       baseline_wall_s=base_wall, speculative_wall_s=spec_wall, speedup=base_wall / spec_wall,

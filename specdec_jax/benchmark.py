@@ -14,7 +14,9 @@ not pay for encoding 128 padding positions; every shape is compiled before timin
 * every timed call ends with `jax.block_until_ready`; `repeats` passes over all
   inputs are made, round-robin over the methods (so load drift hits all of them);
   times are the median of the passes, with min and max;
-* speedup = baseline time / speculative time (medians);
+* speedup = speculative tokens/s / baseline tokens/s (medians): at temperature 0 both
+  emit the same tokens, so it is baseline time / speculative time; at temperature > 0
+  the sampled outputs differ in length, and throughput is what is compared;
 * acceptance rate = Σaccepted / Σdrafted, the paper's α = Σalpha_sum / Σalpha_count,
   tokens per target call = Σtokens / Σtarget_calls (real rows only);
 * c = t(draft, 1-token step) / t(target, 1-token step) and
@@ -45,6 +47,7 @@ import math
 import os
 import pathlib
 import platform
+import shlex
 import statistics
 import sys
 import tempfile
@@ -65,7 +68,7 @@ DEFAULT_DATASETS = (
 )
 
 QUICK = dict(num_sentences=4, gammas=(2, 4), batch_sizes=(1,), temperatures=(0.0,),
-             repeats=1, hf_peer=False, step_timing_iters=5)
+             repeats=1, hf_peer=False, step_timing_iters=10)
 
 
 # ---------------------------------------------------------------------------- formulas
@@ -343,6 +346,42 @@ def load_pair(pair_dir, target_config, draft_config, target_checkpoint, draft_ch
                              loaded['draft'][1])
 
 
+class BenchmarkConfigError(ValueError):
+  """A `benchmark.<argument>` setting out of range (raised before any work)."""
+
+
+def _positive_ints(name: str, values, allow_empty: bool = False) -> None:
+  values = tuple(values) if isinstance(values, (list, tuple)) else None
+  if values is None or (not values and not allow_empty) or any(
+      isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in values):
+    raise BenchmarkConfigError(
+        f'benchmark.{name} must be a tuple of ints >= 1, e.g. '
+        f'--gin.benchmark.{name}="(1, 2)"; got {values if values is not None else "a non-tuple"}.')
+
+
+def check_settings(*, num_sentences, gammas, temperatures, batch_sizes, repeats,
+                   step_timing_iters, max_input_len, input_length_buckets,
+                   max_decode_len) -> None:
+  """Raises BenchmarkConfigError naming the first bad `benchmark.<argument>`."""
+  for name, value in (('num_sentences', num_sentences), ('repeats', repeats),
+                      ('step_timing_iters', step_timing_iters),
+                      ('max_input_len', max_input_len), ('max_decode_len', max_decode_len)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise BenchmarkConfigError(f'benchmark.{name} must be an int >= 1, got {value!r}.')
+  if max_input_len < 2:
+    raise BenchmarkConfigError(f'benchmark.max_input_len must be >= 2 (a token and EOS), '
+                               f'got {max_input_len}.')
+  _positive_ints('gammas', gammas)
+  _positive_ints('batch_sizes', batch_sizes)
+  _positive_ints('input_length_buckets', input_length_buckets, allow_empty=True)
+  temps = tuple(temperatures) if isinstance(temperatures, (list, tuple)) else None
+  if not temps or any(isinstance(t, bool) or not isinstance(t, (int, float)) or
+                      not t >= 0 for t in temps):
+    raise BenchmarkConfigError(
+        'benchmark.temperatures must be a tuple of numbers >= 0 (0 = greedy), e.g. '
+        f'--gin.benchmark.temperatures="(0.0, 1.0)"; got {temperatures!r}.')
+
+
 def benchmark(output_dir: str = 'out/benchmark',
               pair_dir: Optional[str] = 'demo_ende',
               target_config=None, draft_config=None,
@@ -370,8 +409,17 @@ def benchmark(output_dir: str = 'out/benchmark',
   """Runs the benchmark (see the module docstring); returns the results dict.
 
   `quick=True` overrides num_sentences=4, gammas=(2, 4), batch_sizes=(1,),
-  temperatures=(0.0,), repeats=1, no HF peer, step_timing_iters=5.
+  temperatures=(0.0,), repeats=1, no HF peer, step_timing_iters=10 (the bound values
+  are still checked).
+
+  Raises:
+    BenchmarkConfigError: before loading anything, for a setting out of range (it
+      names the `benchmark.<argument>` binding and the fix).
   """
+  check_settings(num_sentences=num_sentences, gammas=gammas, temperatures=temperatures,
+                 batch_sizes=batch_sizes, repeats=repeats,
+                 step_timing_iters=step_timing_iters, max_input_len=max_input_len,
+                 input_length_buckets=input_length_buckets, max_decode_len=max_decode_len)
   import jax  # pylint: disable=g-import-not-at-top
   settings = dict(num_sentences=num_sentences, gammas=tuple(gammas),
                   batch_sizes=tuple(batch_sizes), temperatures=tuple(temperatures),
@@ -392,7 +440,7 @@ def benchmark(output_dir: str = 'out/benchmark',
     data.append((name, str(path), examples))
 
   results = dict(
-      command=' '.join(['python -m specdec_jax.benchmark'] + sys.argv[1:]),
+      command=shlex.join(['python', '-m', 'specdec_jax.benchmark'] + sys.argv[1:]),
       settings=dict(s, quick=quick, max_input_len=max_input_len,
                     input_length_buckets=list(input_length_buckets),
                     max_decode_len=max_decode_len, seed=seed, prefix=prefix,
@@ -472,7 +520,10 @@ def _row(dname, bs, temp, base: Runner, spec: Runner, costs: dict) -> dict:
   g = spec.gamma
   c, v = costs['c'], costs['v'][str(g)]
   bt, stt = _stats(base.times), _stats(spec.times)
-  speedup = bt['median'] / stt['median']
+  # Tokens per second, not time: at T > 0 the two methods sample outputs of different
+  # lengths. At T = 0 the tokens are identical and this is bt / st.
+  tokens_ratio = spec.num_tokens / base.num_tokens
+  speedup = tokens_ratio * bt['median'] / stt['median']
   pred = predicted_speedup(alpha, g, c)
   pred_v = predicted_speedup(alpha, g, c, v)
   identical = None
@@ -490,7 +541,8 @@ def _row(dname, bs, temp, base: Runner, spec: Runner, costs: dict) -> dict:
       baseline_tokens_per_s=base.num_tokens / bt['median'],
       speculative_tokens_per_s=spec.num_tokens / stt['median'],
       speedup=speedup,
-      speedup_min=bt['min'] / stt['max'], speedup_max=bt['max'] / stt['min'],
+      speedup_min=tokens_ratio * bt['min'] / stt['max'],
+      speedup_max=tokens_ratio * bt['max'] / stt['min'],
       acceptance_rate=_ratio(sum(st['accepted']), sum(st['drafted'])),
       alpha=alpha,
       tokens_per_target_call=_ratio(sum(st['tokens']), sum(st['target_calls'])),
@@ -593,6 +645,10 @@ def markdown(res: dict) -> str:
         f'{_f(r["efficiency"])} | {_f(r["efficiency_v"])} | '
         f'{"–" if r["identical"] is None else r["identical"]} | {r["best_gamma"]} |')
   lines += ['', '## Compilation (first call, excluded from the timings above)', '',
+            'The first call of each program on a setting\'s first batch: it includes the '
+            'compilation only when that program and input shape were not compiled earlier in '
+            'the run (e.g. a later dataset whose first batch has a shape seen before shows '
+            'just one call).', '',
             '| dataset | T | batch | γ | baseline first call s | speculative first call s |',
             '|---|---|---|---|---|---|']
   for r in res['settings_results']:
@@ -706,8 +762,7 @@ def plot(res: dict, out_dir: pathlib.Path) -> None:
              label='HF assisted (assistant_model=draft)' if n == 0 else None)
   ax.set_xticks(np.arange(len(labels)))
   ax.set_xticklabels(labels, fontsize=7)
-  ax.set_ylabel('tokens / s (log scale)')
-  ax.set_yscale('log')
+  ax.set_ylabel('tokens / s')
   ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(out_dir / 'tokens_per_second.png', dpi=110)
@@ -725,10 +780,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   try:
     decode_lib.parse_gin(f.gin_files, f.bindings, f.search_paths)
   except Exception as e:  # pylint: disable=broad-except
-    print(f'specdec_jax.benchmark: error: invalid gin configuration: {e}', file=sys.stderr)
+    print('specdec_jax.benchmark: error: invalid gin configuration: '
+          f'{flags.gin_error_message(e, f.bindings)}', file=sys.stderr)
     return decode_lib.EXIT_CONFIG_ERROR
   try:
     benchmark()
+  except BenchmarkConfigError as e:
+    print(f'specdec_jax.benchmark: error: {e}', file=sys.stderr)
+    return decode_lib.EXIT_CONFIG_ERROR
   except decode_lib.DemoPairMissing as e:
     print(f'specdec_jax.benchmark: error: {e}', file=sys.stderr)
     return decode_lib.EXIT_DEMO_PAIR_MISSING

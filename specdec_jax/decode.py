@@ -760,7 +760,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except Exception as e:  # pylint: disable=broad-except  (any gin parse failure is a config error)
     if debug:
       raise
-    _error(f'invalid gin configuration: {e}')
+    _error(f'invalid gin configuration: {flags.gin_error_message(e, bindings)}')
     return EXIT_CONFIG_ERROR
   try:
     prepared = decode(prepare_only=True)

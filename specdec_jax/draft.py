@@ -1,6 +1,6 @@
 """Draft phase: γ tokens from the small model, one cached call at a time.
 
-Cache bookkeeping (DESIGN.md invariant 2): at the start of a round a row has `n`
+Cache bookkeeping (the draft cache invariant): at the start of a round a row has `n`
 committed tokens and its decoder inputs are d_0 = 0, d_t = y_t. The draft's cache is
 valid for positions < n − 1 (when all γ drafts were accepted last round the draft
 never consumed the last accepted one). The first call therefore feeds the last two

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from typing import Sequence
 
 
@@ -51,3 +52,21 @@ def parse_gin_flags(argv: Sequence[str], prog: str, description: str,
       parser.error(f'unrecognized argument {arg!r} (gin bindings are --gin.KEY=VALUE, '
                    f'e.g. {example})')
   return GinFlags(args.gin_file, bindings, args.gin_search_paths, args.debug)
+
+
+_LITERAL = re.compile(r"""\s*(['"(\[{@%]|[-+]?[\d.]|True\b|False\b|None\b)""")
+
+
+def gin_error_message(error: Exception, bindings: Sequence[str]) -> str:
+  """The gin parse error, plus which binding looks like an unquoted string, if one does.
+
+  A value such as `/data/in.txt` or `out/x` is not a gin literal; the shell strips
+  one level of quotes, so it needs inner ones: --gin.decode.input_path="'in.txt'".
+  """
+  text = str(error)
+  for binding in bindings:
+    key, _, value = binding.partition('=')
+    if value.strip() and not _LITERAL.match(value):
+      return (f'{text}\n  binding {binding.strip()!r}: string values need inner quotes, '
+              f'e.g. --gin.{key.strip()}="\'{value.strip()}\'"')
+  return text

@@ -14,6 +14,7 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from specdec_jax import decoding
 from specdec_jax.models import t5
@@ -51,9 +52,31 @@ def _static_temperature(temperature):
 
 
 def _prompt(encoder_input_tokens, max_decode_len, decoder_prompt):
+  """`decoder_prompt` (or zeros) as int32 `[batch, max_decode_len]`; ValueError otherwise."""
+  batch = jnp.shape(encoder_input_tokens)[0]
   if decoder_prompt is None:
-    return jnp.zeros((encoder_input_tokens.shape[0], max_decode_len), jnp.int32)
+    return jnp.zeros((batch, max_decode_len), jnp.int32)
+  if jnp.shape(decoder_prompt) != (batch, max_decode_len):
+    raise ValueError(f'decoder_prompt has shape {jnp.shape(decoder_prompt)} but must be '
+                     f'[batch, max_decode_len] = ({batch}, {max_decode_len}): pad the forced '
+                     'prefix with 0s to max_decode_len, one row per encoder input row.')
   return jnp.asarray(decoder_prompt, jnp.int32)
+
+
+def _check_topk(topk, model) -> int:
+  """topk as a Python int in [0, vocab_size]; ValueError naming it otherwise."""
+  _check_int('topk', topk, 0)
+  if topk > model.config.vocab_size:
+    raise ValueError(f'topk={topk} exceeds the vocabulary size {model.config.vocab_size}; '
+                     'use a smaller topk (0 = off).')
+  return int(topk)
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+  """Ints (numpy ints too, not bools) >= minimum; ValueError naming the argument."""
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or (
+      value < minimum):
+    raise ValueError(f'{name} must be an int >= {minimum}, got {value!r}.')
 
 
 def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_len: int,
@@ -72,6 +95,7 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
     `(decodes [batch, num_decodes, max_decode_len], log_probs [batch, num_decodes])`.
   """
   _check_tokens(encoder_input_tokens, max_decode_len)
+  topk = _check_topk(topk, model)
   decoding._check_common(_prompt(encoder_input_tokens, max_decode_len, decoder_prompt),
                          eos_id, num_decodes, temperature, topk, topp, max_decode_steps)
   if decode_rng is None:
@@ -133,11 +157,19 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
     ValueError: as `speculative_sample`, before compiling.
   """
   _check_tokens(encoder_input_tokens, max_decode_len)
+  topk = _check_topk(topk, target_model)
   prompt = _prompt(encoder_input_tokens, max_decode_len, decoder_prompt)
   decoding._check_common(prompt, eos_id, num_decodes, temperature, topk, topp,
                          max_decode_steps)
-  if not isinstance(gamma, int) or gamma < 1:
-    raise ValueError(f'gamma (γ, draft tokens per round) must be an int >= 1, got {gamma!r}.')
+  _check_int('gamma (γ, draft tokens per round)', gamma, 1)
+  gamma = int(gamma)
+  draft_tokens = (encoder_input_tokens if draft_encoder_input_tokens is None
+                  else draft_encoder_input_tokens)
+  if jnp.ndim(draft_tokens) != 2 or jnp.shape(draft_tokens)[0] != jnp.shape(
+      encoder_input_tokens)[0]:
+    raise ValueError(f'draft_encoder_input_tokens has shape {jnp.shape(draft_tokens)}; it must '
+                     f'be [batch, enc_len] with the same batch ({jnp.shape(encoder_input_tokens)[0]}) '
+                     'as encoder_input_tokens.')
   if real_vocab_size is not None:
     for name, m in (('target_model', target_model), ('draft_model', draft_model)):
       if m.config.vocab_size < real_vocab_size:

@@ -234,6 +234,12 @@ def tokenize(records: Sequence[Record], vocabulary, *, prefix: str = '', max_inp
   if not isinstance(max_input_len, int) or max_input_len < 2:
     raise ValueError(f'decode.max_input_len must be an int >= 2, got {max_input_len!r}.')
   eos = vocabulary.eos_id
+  if prefix and any(not rec.prefixed for rec in records):
+    n_prefix = len(vocabulary.encode(prefix.rstrip()))
+    if n_prefix + 2 > max_input_len:
+      raise ValueError(f'decode.max_input_len={max_input_len} leaves no room for the source: '
+                       f'the prefix {prefix!r} alone is {n_prefix} tokens, before a source '
+                       f'token and EOS; use max_input_len >= {n_prefix + 2} (e.g. 64).')
   examples, truncated = [], []
   for i, rec in enumerate(records):
     text = rec.inputs if rec.prefixed else prefix + rec.inputs
@@ -257,7 +263,8 @@ def tokenize(records: Sequence[Record], vocabulary, *, prefix: str = '', max_inp
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
-  """`tokens [batch_size, max_input_len]` int32; rows `n_real…` are padding copies."""
+  """`tokens [batch_size, length]` int32 (length: max_input_len or a bucket); rows
+  `n_real…` are padding copies."""
   examples: tuple
   tokens: np.ndarray
   n_real: int
@@ -278,16 +285,32 @@ def batches(examples: Sequence[Example], batch_size: int, max_input_len: int,
     length_buckets: optional increasing lengths; each batch is then padded to the
       smallest bucket (or `max_input_len`) that holds its longest row, so short
       inputs do not pay for encoding padding (one compilation per bucket used).
+  Returns:
+    An iterator of `Batch` (tokens int32 `[batch_size, length]`).
   Raises:
-    ValueError: batch_size < 1, or a bucket that is not a positive int.
+    ValueError: at the call (not at the first iteration): batch_size or
+      max_input_len < 1, a bucket that is not a positive int, or an example longer
+      than `max_input_len` (tokenize with the same max_input_len).
   """
-  if not isinstance(batch_size, int) or batch_size < 1:
+  if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
     raise ValueError(f'decode.batch_size must be an int >= 1, got {batch_size!r}.')
-  if any(not isinstance(b, int) or b < 1 for b in length_buckets):
-    raise ValueError(f'length_buckets must be positive ints, got {tuple(length_buckets)!r}.')
+  if isinstance(max_input_len, bool) or not isinstance(max_input_len, int) or max_input_len < 1:
+    raise ValueError(f'max_input_len must be an int >= 1, got {max_input_len!r}.')
+  if not isinstance(length_buckets, (list, tuple)) or any(
+      isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in length_buckets):
+    raise ValueError(f'length_buckets must be a tuple of positive ints, e.g. (32, 64); got '
+                     f'{length_buckets!r}.')
+  for ex in examples:
+    if len(ex.tokens) > max_input_len:
+      raise ValueError(f'{ex.record.origin}: {len(ex.tokens)} tokens exceed max_input_len='
+                       f'{max_input_len}; tokenize with the same max_input_len.')
   buckets = sorted({b for b in length_buckets if b < max_input_len} | {max_input_len})
+  return _batches(tuple(examples), batch_size, buckets)
+
+
+def _batches(examples, batch_size: int, buckets) -> Iterator[Batch]:
   for start in range(0, len(examples), batch_size):
-    chunk = tuple(examples[start:start + batch_size])
+    chunk = examples[start:start + batch_size]
     longest = max(len(ex.tokens) for ex in chunk)
     length = next(b for b in buckets if b >= longest)
     tokens = np.zeros((batch_size, length), np.int32)

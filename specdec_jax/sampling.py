@@ -24,7 +24,7 @@ def validate_sampling_args(temperature, topk, topp) -> None:
 
   Raises:
     ValueError: topk and topp both non-zero, topk negative or not an int, topp
-      outside [0, 1], or a negative (concrete) temperature.
+      outside [0, 1], or a negative or NaN (concrete) temperature.
   """
   if not isinstance(topk, int) or topk < 0:
     raise ValueError(f'topk must be a non-negative int (0 = off), got {topk!r}.')
@@ -34,7 +34,7 @@ def validate_sampling_args(temperature, topk, topp) -> None:
     raise ValueError(f'At most one of topk and topp may be non-zero (got topk={topk}, '
                      f'topp={topp}); set the other to 0.')
   if not isinstance(temperature, jax.core.Tracer):
-    if bool(np.any(np.asarray(temperature) < 0)):
+    if not bool(np.all(np.asarray(temperature, np.float64) >= 0)):  # also catches NaN
       raise ValueError(f'temperature must be >= 0 (0 = greedy), got {temperature!r}.')
 
 

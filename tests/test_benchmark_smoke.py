@@ -90,7 +90,9 @@ def test_quick_mode_report(tiny_pair, tmp_path):
     assert r['sentences'] == 4
     assert r['baseline_tokens'] == r['speculative_tokens']
     assert math.isclose(r['speedup'], r['baseline_time_s']['median'] /
-                        r['speculative_time_s']['median'], rel_tol=1e-9)
+                        r['speculative_time_s']['median'], rel_tol=1e-9)  # same tokens
+    assert math.isclose(r['speedup'], r['speculative_tokens_per_s'] /
+                        r['baseline_tokens_per_s'], rel_tol=1e-9)
     assert r['baseline_time_s']['min'] <= r['baseline_time_s']['median'] <= \
         r['baseline_time_s']['max']
     a, g, c, v = r['alpha'], r['gamma'], r['c'], r['v']
@@ -117,3 +119,50 @@ def test_predicted_speedup_formula():
   assert math.isclose(bench.predicted_speedup(0.0, 3, 0.1), 1 / 1.3)
   assert math.isclose(bench.predicted_speedup(0.5, 1, 0.0), 1.5)
   assert math.isclose(bench.predicted_speedup(1.0, 4, 0.0, 2.0), 2.5)
+
+
+class _FakeRunner:
+  """What `benchmark._row` reads from a Runner."""
+
+  def __init__(self, times, n_tokens, gamma=None, stats=None):
+    self.times, self.gamma, self.stats = times, gamma, stats
+    self.outputs = [list(range(n_tokens))]
+    self.num_tokens = n_tokens
+    self.first_call_s = 1.0
+    self.batches = [None]
+
+
+def test_speedup_compares_throughput_when_lengths_differ():
+  """At T > 0 the methods sample different outputs: speedup is the tokens/s ratio.
+
+  Planted case: the speculative run is faster (0.9 s vs 1.0 s) but emitted fewer
+  tokens (80 vs 100), so it is slower per token: 0.889×, not the time ratio 1.11×.
+  """
+  stats = dict(accepted=[10], drafted=[20], alpha_sum=[6.0], alpha_count=[10],
+               tokens=[80], target_calls=[40])
+  base = _FakeRunner([1.0, 1.0, 1.0], 100)
+  spec = _FakeRunner([0.9, 0.9, 0.9], 80, gamma=2, stats=stats)
+  row = bench._row('d', 1, 1.0, base, spec, dict(c=0.1, v={'2': 1.2}))
+  assert math.isclose(row['speedup'], (80 / 0.9) / (100 / 1.0), rel_tol=1e-12)
+  assert math.isclose(row['speedup'], row['speculative_tokens_per_s'] /
+                      row['baseline_tokens_per_s'], rel_tol=1e-12)
+  assert row['speedup'] < 1.0 and row['identical'] is None
+
+
+@pytest.mark.parametrize('binding, needle', [
+    ('--gin.benchmark.gammas=(0,)', 'benchmark.gammas'),
+    ('--gin.benchmark.num_sentences=0', 'benchmark.num_sentences'),
+    ('--gin.benchmark.batch_sizes=(0,)', 'benchmark.batch_sizes'),
+    ('--gin.benchmark.temperatures=(-1.0,)', 'benchmark.temperatures'),
+    ('--gin.benchmark.input_length_buckets=32', 'benchmark.input_length_buckets'),
+])
+def test_bad_settings_exit_2_before_loading(binding, needle, capsys, monkeypatch):
+  """Checked up front (also in quick mode, which overrides the sweep): exit 2, no load."""
+  def no_load(*a, **k):
+    raise AssertionError('the pair was loaded before the settings were checked')
+  monkeypatch.setattr(bench, 'load_pair', no_load)
+  rc = bench.main(['--gin_file=configs/runs/benchmark.gin', '--gin.benchmark.quick=True',
+                   binding])
+  assert rc == 2
+  err = capsys.readouterr().err
+  assert needle in err and 'Traceback' not in err

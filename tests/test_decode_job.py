@@ -201,6 +201,14 @@ def test_over_long_input_error_mode(pair, tmp_path, capsys, no_loading):
   _assert_clean_failure(rc, capsys, out, f'{inp}:2', 'max_input_len=16')
 
 
+def test_max_input_len_shorter_than_the_prefix(pair, tmp_path, capsys, no_loading):
+  gin_file, _ = pair
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, "decode.prefix='translate English to German: '",
+                             'decode.max_input_len=4', f"decode.output_path='{out}'"))
+  _assert_clean_failure(rc, capsys, out, 'decode.max_input_len=4 leaves no room')
+
+
 @pytest.mark.parametrize('binding, needle', [
     ('decode.gama=3', "doesn't have a parameter named 'gama'"),
     ('decod.gamma=3', "No configurable matching 'decod'"),
@@ -368,5 +376,23 @@ def test_batches_pad_to_length_buckets():
   assert [b.tokens.shape for b in inputs_lib.batches(examples, 4, 128)] == [(4, 128)]
   first = next(inputs_lib.batches(examples, 1, 128, (32,)))
   np.testing.assert_array_equal(first.tokens[0, :6], [2, 3, 4, 5, 1, 0])
+  with pytest.raises(ValueError, match='length_buckets'):  # at the call, not when iterated
+    inputs_lib.batches(examples, 1, 128, (0,))
   with pytest.raises(ValueError, match='length_buckets'):
-    next(inputs_lib.batches(examples, 1, 128, (0,)))
+    inputs_lib.batches(examples, 1, 128, 32)
+  with pytest.raises(ValueError, match='batch_size'):
+    inputs_lib.batches(examples, 0, 128)
+  with pytest.raises(ValueError, match='in:2: 70 tokens exceed max_input_len=64'):
+    inputs_lib.batches(examples, 1, 64)
+
+
+def test_unquoted_string_binding_gets_a_quoting_hint():
+  from specdec_jax import flags
+  msg = flags.gin_error_message(ValueError('Unable to parse value.'),
+                                ['decode.gamma = 3', 'decode.input_path = /x/in.txt'])
+  assert "binding 'decode.input_path = /x/in.txt'" in msg
+  assert '''--gin.decode.input_path="'/x/in.txt'"''' in msg
+  # Literals, references and quoted strings are not flagged.
+  for ok in ("decode.x = 'a'", 'decode.x = (1, 2)', 'decode.x = @f()', 'decode.x = %M',
+             'decode.x = -0.5', 'decode.x = None', 'decode.x = True'):
+    assert flags.gin_error_message(ValueError('e'), [ok]) == 'e'

@@ -143,6 +143,12 @@ def test_padded_vocab_draft(pair):
     (dict(real_vocab_size=70), 'do not share the same token ids'),
     (dict(topk=2, topp=0.5), 'At most one of topk and topp'),
     (dict(temperature=-0.5), 'temperature must be >= 0'),
+    (dict(temperature=float('nan')), 'temperature must be >= 0'),
+    (dict(gamma=True), 'gamma'),
+    (dict(topk=10 ** 6), 'exceeds the vocabulary size'),
+    (dict(decoder_prompt=np.zeros((4, 15), np.int32)), r'decoder_prompt has shape \(4, 15\)'),
+    (dict(decoder_prompt=np.zeros((1, 16), np.int32)), 'decoder_prompt'),
+    (dict(draft_encoder_input_tokens=ENC[:2]), 'draft_encoder_input_tokens'),
 ])
 def test_bad_arguments_raise_before_compiling(pair, kwargs, match, monkeypatch):
   def no_compile(*a, **k):
