@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax import benchmark, decode, generate
+from specdec_jax import inputs as inputs_lib
 
 LINE = re.compile(r'\s*(?:ROOT )?%?([\w.\-]+) = [^(]*?(?:\w+)\((.*?)\)(.*)$')
 OP_NAME = re.compile(r'op_name="([^"]*)"')
@@ -137,15 +138,13 @@ def main(argv=None) -> int:
   if a.sentences < 1 or a.gamma < 1 or a.temperature < 0:
     ap.error('--sentences and --gamma must be >= 1 and --temperature >= 0.')
 
-  pair, vocab, m = benchmark.load_pair(decode.DEMO_PAIR, None, None, None, None, None, 100,
+  _, vocab, m = benchmark.load_pair(decode.DEMO_PAIR, None, None, None, None, None, 100,
                                        None if a.checkpoint_dtype == 'none'
                                        else a.checkpoint_dtype)
   records = benchmark.read_sentences(benchmark.DEFAULT_DATASETS[0][1], a.sentences)
-  prefix = decode.TRANSLATE_PREFIX
-  inputs = []
-  for r in records:
-    ids = list(vocab.encode(prefix + r.inputs))[:a.max_input_len - 1] + [vocab.eos_id]
-    inputs.append(jnp.asarray([ids + [0] * (a.max_input_len - len(ids))], jnp.int32))
+  examples = inputs_lib.tokenize(records, vocab, prefix=decode.TRANSLATE_PREFIX,
+                                 max_input_len=a.max_input_len)
+  inputs = [jnp.asarray(b.tokens) for b in inputs_lib.batches(examples, 1, a.max_input_len)]
   kw = dict(eos_id=vocab.eos_id, temperature=a.temperature,
             decode_rng=jax.random.PRNGKey(0))
 
@@ -163,11 +162,8 @@ def main(argv=None) -> int:
     base_wall, base_t, base_outs = profile(base, inputs, False, tmp + '/base')
     spec_wall, spec_t, spec_outs = profile(spec, inputs, True, tmp + '/spec')
 
-  def n_tokens(out):
-    row = np.asarray(out[0])[0, 0]
-    hits = np.nonzero(row == vocab.eos_id)[0]
-    return int(hits[0] + 1) if hits.size else int(row.size)
-  tokens = sum(n_tokens(o) for o in base_outs)
+  tokens = sum(len(inputs_lib.tokens_until_eos(np.asarray(o[0])[0, 0], vocab.eos_id))
+               for o in base_outs)
   rounds = sum(int(np.asarray(o[2].target_calls)[0, 0]) for o in spec_outs)
   identical = all(np.array_equal(np.asarray(b[0]), np.asarray(s[0]))
                   for b, s in zip(base_outs, spec_outs))

@@ -102,12 +102,6 @@ def read_sentences(path, n: int) -> list[inputs_lib.Record]:
   return inputs_lib.read_file(p, 'text')[:n]
 
 
-def _tokens_until_eos(row, eos_id: int) -> np.ndarray:
-  row = np.asarray(row)
-  hits = np.flatnonzero(row == eos_id)
-  return row[:hits[0] + 1] if hits.size else row
-
-
 # ---------------------------------------------------------------------------- timing
 
 def _timed(fn):
@@ -117,24 +111,23 @@ def _timed(fn):
   return time.perf_counter() - t0, out
 
 
+@dataclasses.dataclass
 class Runner:
   """Runs one method over all batches of one (dataset, temperature, batch size)."""
-
-  def __init__(self, models, batches, *, method, gamma, temperature, max_decode_len,
-               eos_id, seed, real_vocab_size):
-    self.m = models
-    self.batches = batches
-    self.method = method
-    self.gamma = gamma
-    self.temperature = temperature
-    self.max_decode_len = max_decode_len
-    self.eos_id = eos_id
-    self.seed = seed
-    self.real_vocab_size = real_vocab_size
-    self.times = []
-    self.first_call_s = None
-    self.outputs = None  # per example: np.ndarray tokens up to EOS
-    self.stats = None
+  m: Any  # Models
+  batches: list
+  _: dataclasses.KW_ONLY
+  method: str
+  gamma: Optional[int]
+  temperature: float
+  max_decode_len: int
+  eos_id: int
+  seed: int
+  real_vocab_size: Optional[int]
+  times: list = dataclasses.field(default_factory=list)
+  first_call_s: Optional[float] = None
+  outputs: Optional[list] = None  # per example: np.ndarray tokens up to EOS
+  stats: Optional[dict] = None
 
   def _call(self, batch, i):
     import jax  # pylint: disable=g-import-not-at-top
@@ -169,7 +162,7 @@ class Runner:
       if self.outputs is None:
         out = jax.device_get(out)
         decodes = np.asarray(out[0])[:batch.n_real, 0]
-        outputs.extend(_tokens_until_eos(r, self.eos_id) for r in decodes)
+        outputs.extend(inputs_lib.tokens_until_eos(r, self.eos_id) for r in decodes)
         if self.method == 'speculative':
           for k in stats:
             stats[k].extend(np.asarray(getattr(out[2], k))[:batch.n_real, 0].tolist())
@@ -281,7 +274,7 @@ def run_hf_peer(models, datasets, *, max_decode_len, repeats, threads, num_assis
       with torch.inference_mode():
         out = target.generate(ids, **kw)
       total += time.perf_counter() - t0
-      outs.append(_tokens_until_eos(out[0, 1:].numpy(), eos_id))
+      outs.append(inputs_lib.tokens_until_eos(out[0, 1:].numpy(), eos_id))
     return total, outs
 
   names = ('hf_baseline', 'hf_assisted')

@@ -488,12 +488,6 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
   return prepared
 
 
-def _tokens_until_eos(row, eos_id: int) -> int:
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  hits = np.flatnonzero(row == eos_id)
-  return int(hits[0]) + 1 if hits.size else int(row.shape[0])
-
-
 def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):
   """One call; returns host arrays (decodes [B, L], stats dict of [B] int/float arrays)."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -519,7 +513,8 @@ def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):
                                       s['max_decode_len'],
                                       decode_rng=jax.random.fold_in(base, batch_index), **kwargs)
     decodes = jax.device_get(decodes)
-    tokens = np.array([_tokens_until_eos(r, eos) for r in np.asarray(decodes)[:, 0]])
+    tokens = np.array([len(inputs_lib.tokens_until_eos(r, eos))
+                       for r in np.asarray(decodes)[:, 0]])
     zeros = np.zeros_like(tokens)
     out = dict(target_calls=tokens, drafted=zeros, accepted=zeros,
                alpha_sum=zeros.astype(np.float32), alpha_count=zeros, tokens=tokens)

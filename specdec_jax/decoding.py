@@ -328,8 +328,7 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
       topk and topp both set, a negative temperature, bad num_decodes.
   """
   _check_common(inputs, eos_id, num_decodes, temperature, topk, topp, max_decode_steps)
-  if not isinstance(gamma, int) or gamma < 1:
-    raise ValueError(f'gamma (γ, draft tokens per round) must be an int >= 1, got {gamma!r}.')
+  gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
   batch, max_decode_len = inputs.shape
   for name, c in (('target_cache', target_cache), ('draft_cache', draft_cache)):
     length = getattr(c, 'max_length', None)
@@ -357,25 +356,23 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
 
   def body_fn(s):
     active = ~s.done
-    if static_greedy:  # greedy rounds draw no random numbers
-      round_keys = [None] * (gamma + 2)
-    else:
+    if not static_greedy:  # greedy rounds draw no random numbers
+      # [flat, γ + 2]: γ draft samples, the coins, the residual / bonus sample.
       round_keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, s.round),
                                                        gamma + 2))(keys)
-      round_keys = [round_keys[:, i] for i in range(gamma + 2)]
     n_drafted = jnp.clip(limit - s.n - 1, 0, gamma)
-    # Forced prompt tokens at the positions this round can reach (index n+1+i).
-    # Non-zero = forced prompt token (sequence entries beyond n are prompt or 0).
-    forced = jnp.take_along_axis(s.sequences, jnp.minimum(s.n[:, None] + 1 + steps,
+    # The sequence entries this round can reach (index n+1+i): beyond n they hold
+    # forced prompt tokens (non-zero) or 0. Also what the commit keeps where it emits nothing.
+    ahead = jnp.take_along_axis(s.sequences, jnp.minimum(s.n[:, None] + 1 + steps,
                                                           max_decode_len), axis=1)
-    forced = jnp.where(s.n[:, None] + 1 + steps <= max_decode_len, forced, 0)
+    forced = jnp.where(s.n[:, None] + 1 + steps <= max_decode_len, ahead, 0)
 
     # Named scopes label each phase in profiles (scripts/profile_round.py).
     with jax.named_scope('draft'):
       draft_tokens, q, draft_cache = draft.draft_block(
           draft_step_fn, s.draft_cache, s.sequences, s.n, gamma, vocab_size, temp, topk,
-          topp, None if static_greedy else jnp.stack(round_keys[:gamma], axis=1),
-          forced[:, :gamma], real_vocab_size)
+          topp, None if static_greedy else round_keys[:, :gamma], forced[:, :gamma],
+          real_vocab_size)
     with jax.named_scope('verify'):
       logits, target_cache = verify.verify_block(target_step_fn, s.target_cache,
                                                  s.sequences, s.n, draft_tokens)
@@ -391,7 +388,8 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
       p = sampling.probs_from_logits(std_p)
       p = jnp.where(is_forced[..., None], jax.nn.one_hot(forced, p.shape[-1]), p)
       n_acc, next_token = accept.accept_and_resample(
-          draft_tokens, q, p, n_drafted, greedy, round_keys[gamma], round_keys[gamma + 1])
+          draft_tokens, q, p, n_drafted, greedy, round_keys[:, gamma],
+          round_keys[:, gamma + 1])
       beta = accept.acceptance_probability(p[:, :gamma], q)
 
     # Emitted block: accepted drafts, then the correction / bonus token; cut at EOS.
@@ -406,10 +404,8 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
 
     # Commit: write emitted tokens at sequence indices n+1 … n+count.
     rows = jnp.arange(flat)[:, None]
-    old = jnp.take_along_axis(s.sequences, jnp.minimum(s.n[:, None] + 1 + steps,
-                                                       max_decode_len), axis=1)
     sequences = s.sequences.at[rows, s.n[:, None] + 1 + steps].set(
-        jnp.where(keep, emitted, old), mode='drop')
+        jnp.where(keep, emitted, ahead), mode='drop')
     n_new = s.n + count
 
     if static_greedy and rescale_log_probs:

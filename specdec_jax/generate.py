@@ -14,9 +14,8 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from specdec_jax import decoding
+from specdec_jax import decoding, sampling
 from specdec_jax.models import t5
 
 
@@ -65,18 +64,11 @@ def _prompt(encoder_input_tokens, max_decode_len, decoder_prompt):
 
 def _check_topk(topk, model) -> int:
   """topk as a Python int in [0, vocab_size]; ValueError naming it otherwise."""
-  _check_int('topk', topk, 0)
+  topk = sampling.check_int('topk (0 = off)', topk, 0)
   if topk > model.config.vocab_size:
     raise ValueError(f'topk={topk} exceeds the vocabulary size {model.config.vocab_size}; '
                      'use a smaller topk (0 = off).')
-  return int(topk)
-
-
-def _check_int(name: str, value, minimum: int) -> None:
-  """Ints (numpy ints too, not bools) >= minimum; ValueError naming the argument."""
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or (
-      value < minimum):
-    raise ValueError(f'{name} must be an int >= {minimum}, got {value!r}.')
+  return topk
 
 
 def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_len: int,
@@ -161,8 +153,7 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
   prompt = _prompt(encoder_input_tokens, max_decode_len, decoder_prompt)
   decoding._check_common(prompt, eos_id, num_decodes, temperature, topk, topp,
                          max_decode_steps)
-  _check_int('gamma (γ, draft tokens per round)', gamma, 1)
-  gamma = int(gamma)
+  gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
   draft_tokens = (encoder_input_tokens if draft_encoder_input_tokens is None
                   else draft_encoder_input_tokens)
   if jnp.ndim(draft_tokens) != 2 or jnp.shape(draft_tokens)[0] != jnp.shape(

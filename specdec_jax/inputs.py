@@ -320,5 +320,12 @@ def _batches(examples, batch_size: int, buckets) -> Iterator[Batch]:
     yield Batch(chunk, tokens, len(chunk))
 
 
+def tokens_until_eos(row, eos_id: int) -> np.ndarray:
+  """A decoded row `[max_decode_len]` cut after its first EOS (EOS kept); whole if none."""
+  row = np.asarray(row)
+  hits = np.flatnonzero(row == eos_id)
+  return row[:hits[0] + 1] if hits.size else row
+
+
 def num_batches(n: int, batch_size: int) -> int:
   return -(-n // batch_size)

@@ -19,6 +19,18 @@ MIN_TEMPERATURE = 1e-4  # T5X: temperatures at or below take the argmax branch.
 NEG_INF = -1.0e10  # logit of a masked token (exp underflows to exactly 0 in float32).
 
 
+def check_int(name: str, value, minimum: int) -> int:
+  """`value` as a Python int when it is an int (numpy ints too, not bools) >= minimum.
+
+  Raises:
+    ValueError: naming `name`, for anything else.
+  """
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or (
+      value < minimum):
+    raise ValueError(f'{name} must be an int >= {minimum}, got {value!r}.')
+  return int(value)
+
+
 def validate_sampling_args(temperature, topk, topp) -> None:
   """Raises ValueError (before any compilation) for inconsistent sampling args.
 
@@ -26,8 +38,7 @@ def validate_sampling_args(temperature, topk, topp) -> None:
     ValueError: topk and topp both non-zero, topk negative or not an int, topp
       outside [0, 1], or a negative or NaN (concrete) temperature.
   """
-  if not isinstance(topk, int) or topk < 0:
-    raise ValueError(f'topk must be a non-negative int (0 = off), got {topk!r}.')
+  check_int('topk (0 = off)', topk, 0)
   if isinstance(topp, (int, float)) and not 0.0 <= topp <= 1.0:
     raise ValueError(f'topp must be in [0, 1] (0 = off), got {topp!r}.')
   if topk and (not isinstance(topp, (int, float)) or topp):

@@ -406,8 +406,7 @@ class SpeculativeEncoderDecoderModel(_Base):
                rescale_log_probs: bool = True, draft_params_dtype=None):
     _require_t5_module(module, 'module')
     _require_t5_module(draft_module, 'draft_module')
-    if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
-      raise ValueError(f'gamma (γ, draft tokens per round) must be an int >= 1, got {gamma!r}.')
+    gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
     sampling.validate_sampling_args(temperature, topk, topp)
     if eos_id is None:
       eos_id = getattr(output_vocabulary, 'eos_id', None) or 1
@@ -594,9 +593,8 @@ class SpeculativeEncoderDecoderModel(_Base):
       options['max_decode_steps'] = int(options['max_decode_steps'])
     if isinstance(options['eos_id'], np.integer):
       options['eos_id'] = int(options['eos_id'])
-    gamma = options['gamma']
-    if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 1:
-      raise ValueError(f'gamma (γ, draft tokens per round) must be an int >= 1, got {gamma!r}.')
+    options['gamma'] = sampling.check_int('gamma (γ, draft tokens per round)',
+                                          options['gamma'], 1)
     return options
 
   def _real_vocab_size(self) -> Optional[int]:
