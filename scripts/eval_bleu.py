@@ -18,13 +18,11 @@ import pathlib
 import sys
 import time
 
-import jax
 import jax.numpy as jnp
-import numpy as np
-import sacrebleu
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from specdec_jax import data as data_lib  # noqa: E402
+from specdec_jax import evaluation  # noqa: E402
 from specdec_jax import train as train_lib  # noqa: E402
 from specdec_jax import vocabulary  # noqa: E402
 from specdec_jax.models import t5  # noqa: E402
@@ -38,43 +36,6 @@ def load_model(path):
   from specdec_jax import checkpoints
   config = train_lib.config_from_dict(json.loads((path / 'config.json').read_text()))
   return config, checkpoints.load_t5x_checkpoint(path, config=config, dtype=jnp.float32)
-
-
-def decode_ids(processor, ids, eos_id=1):
-  ids = list(np.asarray(ids))
-  if eos_id in ids:
-    ids = ids[:ids.index(eos_id)]
-  n = processor.vocab_size()
-  return processor.decode([int(i) for i in ids if 0 < i < n])
-
-
-def greedy_decode(model, params, enc, max_len):
-  from specdec_jax import generate
-  decodes, _ = generate.t5_generate(model, params, enc, max_len, eos_id=1, temperature=0.0)
-  return np.asarray(decodes[:, 0])
-
-
-def draft_agreement(target, tparams, draft, dparams, enc, decodes):
-  """(argmax agreements, Σ min(p,q) sum, positions) teacher-forced along target greedy outputs."""
-  tgt = np.array(decodes)
-  for row in tgt:  # keep through first EOS
-    hits = np.flatnonzero(row == 1)
-    if len(hits):
-      row[hits[0] + 1:] = 0
-  dec_in = np.zeros_like(tgt)
-  dec_in[:, 1:] = tgt[:, :-1]
-  w = (tgt > 0).astype(np.float32)
-
-  @jax.jit
-  def f(tparams, dparams, enc, dec_in, tgt, w):
-    lp = jax.nn.log_softmax(target.apply({'params': tparams}, enc, dec_in, tgt,
-                                         enable_dropout=False))
-    lq = jax.nn.log_softmax(draft.apply({'params': dparams}, enc, dec_in, tgt,
-                                        enable_dropout=False))
-    agree = jnp.sum((jnp.argmax(lp, -1) == jnp.argmax(lq, -1)) * w)
-    overlap = jnp.sum(jnp.sum(jnp.minimum(jnp.exp(lp), jnp.exp(lq)), -1) * w)
-    return agree, overlap, jnp.sum(w)
-  return [float(x) for x in f(tparams, dparams, enc, dec_in, tgt, w)]
 
 
 def main(argv=None):
@@ -100,29 +61,35 @@ def main(argv=None):
     draft = t5.Transformer(dconfig.replace(dropout_rate=0.0))
   inputs = data_lib.encode_inputs(processor, src)
   truncated = sum(len(x) > args.max_input_len for x in inputs)
-  hyps, stats = [], np.zeros(3)
+  inputs = [x if len(x) <= args.max_input_len else x[:args.max_input_len - 1] + [1]
+            for x in inputs]
+  hyps, stats = [None] * len(inputs), dict(agree=0.0, beta=0.0, positions=0.0)
+  reached_max = 0
   start = time.time()
-  for s in range(0, len(inputs), args.batch_size):
-    chunk = inputs[s:s + args.batch_size]
-    n = len(chunk)
-    chunk = chunk + [[1]] * (args.batch_size - n)  # fixed batch shape, one compile
-    enc = data_lib.pad_batch(chunk, args.max_input_len)
-    decodes = greedy_decode(model, params, enc, args.max_decode_len)
-    hyps.extend(decode_ids(processor, d) for d in decodes[:n])
+  for idx, decodes in evaluation.greedy_batches(model, params, inputs,
+                                                batch_size=args.batch_size,
+                                                max_decode_len=args.max_decode_len,
+                                                input_buckets=(args.max_input_len,)):
+    for i, row in zip(idx, decodes):
+      ids = evaluation.ids_until_eos(row)
+      reached_max += int(len(ids) >= args.max_decode_len)
+      hyps[i] = evaluation.detokenize(processor, ids)
     if draft is not None:
-      a = draft_agreement(model, params, draft, dparams, enc[:n], decodes[:n])
-      stats += np.array(a)
+      enc = data_lib.pad_batch([inputs[i] for i in idx], args.max_input_len)
+      a = evaluation.draft_agreement(model, params, draft, dparams, enc, decodes)
+      stats = {k: stats[k] + a[k] for k in stats}
   seconds = time.time() - start
-  bleu = sacrebleu.corpus_bleu(hyps, [ref])
+  bleu = evaluation.corpus_bleu(hyps, ref)
   result = {'run_dir': args.run_dir, 'split': args.split, 'sentences': len(hyps),
             'bleu': round(bleu.score, 2), 'bleu_signature': str(bleu),
             'decoder': 'generate.t5_generate', 'inputs_truncated': truncated,
             'max_input_len': args.max_input_len, 'max_decode_len': args.max_decode_len,
+            'outputs_reaching_max_decode_len': reached_max,
             'seconds': round(seconds, 1)}
   if draft is not None:
     result['draft_run_dir'] = args.draft_run_dir
-    result['draft_greedy_agreement'] = round(stats[0] / stats[2], 4)
-    result['draft_sum_min_pq_t1'] = round(stats[1] / stats[2], 4)
+    result['draft_greedy_agreement'] = round(stats['agree'] / stats['positions'], 4)
+    result['draft_sum_min_pq_t1'] = round(stats['beta'] / stats['positions'], 4)
   print(json.dumps(result), flush=True)
   for h, r in list(zip(hyps, ref))[:3]:
     print('HYP:', h, '\nREF:', r)

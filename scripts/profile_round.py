@@ -187,7 +187,7 @@ def main(argv=None) -> int:
       baseline_step_ms=step_ms,
       baseline=rows(base_t, base_total, base_wall, tokens, 'token'),
       speculative=rows(spec_t, spec_total, spec_wall, rounds, 'round'),
-      machine=benchmark._machine())  # pylint: disable=protected-access
+      machine=benchmark.machine())
 
   md = [f'# Per-phase profile (demo pair, batch 1, γ={a.gamma}, T={a.temperature}, '
         f'{len(inputs)} Multi30K sentences, max_input_len {a.max_input_len})', '',

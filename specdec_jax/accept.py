@@ -75,7 +75,8 @@ def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coin_keys, resamp
       (γ shrunk near the length budget); after n_drafted accepted drafts the next
       token is a bonus sample from p at that position.
     greedy: bool `[batch]`: temperature 0 rows (accept iff x_i = argmax p_i), or the
-      Python value True when every row is greedy (then no random numbers are drawn).
+      Python value True when every row is greedy (then no random numbers are drawn),
+      or False when no row is (then no argmax of p is taken).
     coin_keys: `[batch]` PRNG keys for the uniform coins.
     resample_keys: `[batch]` PRNG keys for the residual / bonus sample.
   Returns:
@@ -85,27 +86,28 @@ def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coin_keys, resamp
   p_draft = p[:, :gamma]
   p_x = jnp.take_along_axis(p_draft, draft_tokens[..., None], axis=-1)[..., 0]
   q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]
-  greedy_ok = draft_tokens == sampling.argmax(p_draft)
-  all_greedy = greedy is True
+  all_greedy, none_greedy = greedy is True, greedy is False
   if all_greedy:
-    ok = greedy_ok
+    ok = draft_tokens == sampling.argmax(p_draft)
   else:
     coins = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(coin_keys)
-    stochastic_ok = coins * q_x < p_x  # u < p/q without dividing by q.
-    ok = jnp.where(greedy[:, None], greedy_ok, stochastic_ok)
+    ok = coins * q_x < p_x  # u < p/q without dividing by q.
+    if not none_greedy:
+      ok = jnp.where(greedy[:, None], draft_tokens == sampling.argmax(p_draft), ok)
   ok &= jnp.arange(gamma)[None, :] < n_drafted[:, None]
   n_accepted = jnp.sum(jnp.cumprod(ok.astype(jnp.int32), axis=1), axis=1)
 
   p_next = jnp.take_along_axis(p, n_accepted[:, None, None], axis=1)[:, 0]
-  greedy_next = sampling.argmax(p_next)
   if all_greedy:
-    return n_accepted.astype(jnp.int32), greedy_next
-  q_pad = jnp.concatenate([q, jnp.zeros_like(q[:, :1])], axis=1)
-  q_next = jnp.take_along_axis(q_pad, n_accepted[:, None, None], axis=1)[:, 0]
+    return n_accepted.astype(jnp.int32), sampling.argmax(p_next)
+  # q at the first rejection (unused, and clipped into range, when nothing was rejected).
+  q_next = jnp.take_along_axis(q, jnp.minimum(n_accepted, gamma - 1)[:, None, None],
+                               axis=1)[:, 0]
   rejected = n_accepted < n_drafted
   dist = jnp.where(rejected[:, None], residual_distribution(p_next, q_next), p_next)
   sampled = sampling.sample_rows(
       resample_keys, jnp.where(dist > 0, jnp.log(jnp.where(dist > 0, dist, 1.0)),
                                sampling.NEG_INF))
-  next_token = jnp.where(greedy, greedy_next, sampled)
-  return n_accepted.astype(jnp.int32), next_token
+  if none_greedy:
+    return n_accepted.astype(jnp.int32), sampled
+  return n_accepted.astype(jnp.int32), jnp.where(greedy, sampling.argmax(p_next), sampled)

@@ -134,11 +134,41 @@ class BucketedDataset:
       yield feats
 
 
+def read_target_ids(path: str | os.PathLike) -> list[list[int]]:
+  """Token-id lines (space-separated ints, EOS excluded) as written by `specdec_jax.distill_data`."""
+  lines = pathlib.Path(path).read_text(encoding='utf-8').splitlines()
+  out = []
+  for n, line in enumerate(lines, 1):
+    try:
+      out.append([int(t) for t in line.split()])
+    except ValueError as e:
+      raise ValueError(f'{path}:{n}: not a line of space-separated token ids ({e}).') from None
+  return out
+
+
 def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int = 128,
                  buckets: Sequence[int] = (32, 48), seed: int = 0,
-                 data_dir: str | os.PathLike | None = None, limit: int | None = None
-                 ) -> BucketedDataset:
-  """Reads, tokenizes and buckets a shared-data EN→DE split."""
+                 data_dir: str | os.PathLike | None = None, limit: int | None = None,
+                 targets_path: str | os.PathLike | None = None) -> BucketedDataset:
+  """Reads, tokenizes and buckets a shared-data EN→DE split.
+
+  With `targets_path` (a file of token-id lines aligned with the split's sources, e.g.
+  a target model's greedy outputs for sequence-level distillation) those ids replace
+  the gold German side (EOS appended here).
+
+  Raises:
+    ValueError: `targets_path` has a different number of lines than the split.
+  """
   src, tgt = read_parallel(split, data_dir, limit=limit)
-  return BucketedDataset(encode_inputs(processor, src), encode_targets(processor, tgt),
-                         batch_size, tuple(buckets), seed)
+  if targets_path is None:
+    targets = encode_targets(processor, tgt)
+  else:
+    ids = read_target_ids(targets_path)
+    if limit is not None:
+      ids = ids[:limit]
+    if len(ids) != len(src):
+      raise ValueError(f'targets_path {targets_path} has {len(ids)} lines but {split} has '
+                       f'{len(src)} sources; regenerate it for this split.')
+    targets = [x + [EOS_ID] for x in ids]
+  return BucketedDataset(encode_inputs(processor, src), targets, batch_size, tuple(buckets),
+                         seed)

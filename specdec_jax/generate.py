@@ -14,9 +14,20 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from specdec_jax import decoding, sampling
+from specdec_jax import decoding, policies, sampling
 from specdec_jax.models import t5
+
+
+def cache_length(max_decode_len: int, gamma: int) -> int:
+  """Decoder positions each cache of a speculative decode holds: max(max_decode_len, γ + 1).
+
+  Every row's cache writes beyond `max_decode_len` are dropped (they are never read),
+  but one verify call consumes γ + 1 tokens, so the cache must hold at least that many
+  positions; with this length any valid (max_decode_len, γ) decodes.
+  """
+  return max(max_decode_len, gamma + 1)
 
 
 def _check_tokens(encoder_input_tokens, max_decode_len):
@@ -29,10 +40,10 @@ def _check_tokens(encoder_input_tokens, max_decode_len):
 
 @functools.partial(jax.jit, static_argnames=(
     'model', 'max_decode_len', 'eos_id', 'num_decodes', 'topk', 'topp', 'static_temperature',
-    'max_decode_steps', 'rescale_log_probs'))
+    'max_decode_steps', 'rescale_log_probs', 'prompt_free', 'per_row_greedy'))
 def _generate(model, params, encoder_input_tokens, decoder_prompt, decode_rng, temperature,
               *, topp, max_decode_len, eos_id, num_decodes, topk, static_temperature,
-              max_decode_steps, rescale_log_probs):
+              max_decode_steps, rescale_log_probs, prompt_free=False, per_row_greedy=True):
   cache = t5.encode_and_init_cache(model, params, encoder_input_tokens, max_decode_len)
   return decoding.temperature_sample(
       decoder_prompt, cache,
@@ -40,7 +51,15 @@ def _generate(model, params, encoder_input_tokens, decoder_prompt, decode_rng, t
       decode_rng=decode_rng, num_decodes=num_decodes,
       temperature=static_temperature if static_temperature is not None else temperature,
       topk=topk, topp=topp, max_decode_steps=max_decode_steps,
-      rescale_log_probs=rescale_log_probs)
+      rescale_log_probs=rescale_log_probs, prompt_free=prompt_free,
+      per_row_greedy=per_row_greedy)
+
+
+def _per_row_greedy(temperature) -> bool:
+  """False when the (concrete) temperature is above the greedy threshold for every row."""
+  if isinstance(temperature, jax.core.Tracer):
+    return True
+  return not bool(np.all(np.asarray(temperature, np.float64) > decoding.MIN_TEMPERATURE))
 
 
 def _static_temperature(temperature):
@@ -97,22 +116,26 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
                    decode_rng, jnp.asarray(temperature, jnp.float32), topp=float(topp),
                    max_decode_len=max_decode_len, eos_id=eos_id, num_decodes=num_decodes,
                    topk=topk, static_temperature=_static_temperature(temperature),
-                   max_decode_steps=max_decode_steps, rescale_log_probs=rescale_log_probs)
+                   max_decode_steps=max_decode_steps, rescale_log_probs=rescale_log_probs,
+                   prompt_free=decoder_prompt is None,
+                   per_row_greedy=_per_row_greedy(temperature))
 
 
 @functools.partial(jax.jit, static_argnames=(
     'target_model', 'draft_model', 'max_decode_len', 'gamma', 'eos_id', 'num_decodes',
     'topk', 'topp', 'static_temperature', 'max_decode_steps', 'real_vocab_size',
-    'rescale_log_probs'))
+    'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'draft_policy'))
 def _speculative_generate(target_model, target_params, draft_model, draft_params,
                           encoder_input_tokens, draft_encoder_input_tokens, decoder_prompt,
                           decode_rng, temperature, *, topp, max_decode_len, gamma, eos_id,
                           num_decodes, topk, static_temperature, max_decode_steps,
-                          real_vocab_size, rescale_log_probs):
+                          real_vocab_size, rescale_log_probs, prompt_free=False,
+                          per_row_greedy=True, draft_policy=None):
+  length = cache_length(max_decode_len, gamma)
   target_cache = t5.encode_and_init_cache(target_model, target_params,
-                                          encoder_input_tokens, max_decode_len)
+                                          encoder_input_tokens, length)
   draft_cache = t5.encode_and_init_cache(draft_model, draft_params,
-                                         draft_encoder_input_tokens, max_decode_len)
+                                         draft_encoder_input_tokens, length)
   return decoding.speculative_sample(
       decoder_prompt, target_cache, t5.make_step_fn(target_model, target_params),
       draft_cache, t5.make_step_fn(draft_model, draft_params), eos_id, gamma,
@@ -120,7 +143,8 @@ def _speculative_generate(target_model, target_params, draft_model, draft_params
       num_decodes=num_decodes,
       temperature=static_temperature if static_temperature is not None else temperature,
       topk=topk, topp=topp, max_decode_steps=max_decode_steps,
-      real_vocab_size=real_vocab_size, rescale_log_probs=rescale_log_probs)
+      real_vocab_size=real_vocab_size, rescale_log_probs=rescale_log_probs,
+      prompt_free=prompt_free, per_row_greedy=per_row_greedy, draft_policy=draft_policy)
 
 
 def t5_speculative_generate(target_model: t5.Transformer, target_params,
@@ -131,7 +155,7 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
                             max_decode_steps: Optional[int] = None,
                             real_vocab_size: Optional[int] = None,
                             draft_encoder_input_tokens=None,
-                            rescale_log_probs: bool = True):
+                            rescale_log_probs: bool = True, draft_policy=None):
   """Speculative decoding of a T5 target with a T5 draft (paper Algorithm 1).
 
   Args:
@@ -139,8 +163,12 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
       share token ids (their embeddings may be padded to different sizes).
     encoder_input_tokens: int32 `[batch, enc_len]` for the target (and the draft,
       unless `draft_encoder_input_tokens` is given).
-    max_decode_len: decoded length (static); both caches get this many positions.
-    gamma: γ, draft tokens per round (static).
+    max_decode_len: decoded length (static); both caches get
+      `cache_length(max_decode_len, gamma)` positions.
+    gamma: γ, draft tokens per round (static); with an adaptive `draft_policy`, the
+      most tokens a row drafts in a round (γ_max).
+    draft_policy: `policies.DraftPolicy`, a policy name or None (constant γ); see
+      `speculative.speculative_sample`.
     Other arguments as `decoding.speculative_sample`.
   Returns:
     `(decodes [batch, num_decodes, max_decode_len], log_probs [batch, num_decodes],
@@ -180,4 +208,5 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
       max_decode_len=max_decode_len, gamma=gamma, eos_id=eos_id, num_decodes=num_decodes,
       topk=topk, static_temperature=_static_temperature(temperature),
       max_decode_steps=max_decode_steps, real_vocab_size=real_vocab_size,
-      rescale_log_probs=rescale_log_probs)
+      rescale_log_probs=rescale_log_probs, prompt_free=decoder_prompt is None,
+      per_row_greedy=_per_row_greedy(temperature), draft_policy=policies.as_policy(draft_policy))

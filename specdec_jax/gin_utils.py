@@ -8,16 +8,24 @@ registers, under T5X's binding names:
   network.float32, network.bfloat16     dtype constants (`dtype = %network.bfloat16`)
   seqio.SentencePieceVocabulary         seqio's class, imported only when called
                                         (seqio pulls in TensorFlow)
-  optax.adafactor                       optax's Adafactor (stands in for T5X's
-                                        `adafactor.Adafactor` as `optimizer_def`)
   models.SpeculativeEncoderDecoderModel specdec_jax.t5x_model.SpeculativeEncoderDecoderModel
-  specdec_jax.decoding.temperature_sample  the target-only baseline `decode_fn`
+  specdec_jax.t5x_decoding.temperature_sample  T5X-convention decode_fns (a model's
+  specdec_jax.t5x_decoding.speculative_sample  `decode_fn`, as in T5X)
+  specdec_jax.decoding.temperature_sample      our-layout loop (not a model decode_fn)
+  specdec_jax.DraftPolicy               specdec_jax.policies.DraftPolicy (adaptive γ)
   specdec_jax.t5_vocab_path             path of the shared T5 SentencePiece model
 
 so `network.T5Config.emb_dim = 512`, `network.Transformer.config = @network.T5Config()`
 and `MODEL = @models.SpeculativeEncoderDecoderModel()` read as in T5X's gin files.
-It also adds the repository root to gin's search path, so
-`include 'configs/models/t5_1_1/base.gin'` resolves from any working directory.
+T5X's own optimizer and restore config are bound in the dynamic-registration files
+`specdec_jax/configs/t5x/{adafactor,restore_draft}.gin` (they import `t5x`).
+
+It also adds `CONFIG_SEARCH_PATH` (the folder holding the `specdec_jax` package:
+the repository root, or site-packages when installed) to gin's search path, so
+`include 'specdec_jax/configs/models/t5_1_1/base.gin'` resolves from any working
+directory (gin's Python-path reader resolves those paths too: the config folders are
+packages, like T5X's `t5x/configs`). `python -m specdec_jax.gin_utils` prints the
+folder, e.g. for T5X's `--gin_search_paths`.
 
 These are static (classic) gin registrations; T5X's own files use
 `from __gin__ import dynamic_registration`. Do not load T5X's
@@ -28,14 +36,14 @@ from __future__ import annotations
 
 import logging
 import os
+import pathlib
 from typing import Optional
 
 import gin
-import optax
 
 import jax.numpy as jnp
 
-from specdec_jax import decoding, paths
+from specdec_jax import decoding, paths, policies, t5x_decoding
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
 from specdec_jax.t5x_model import SpeculativeEncoderDecoderModel
@@ -100,9 +108,18 @@ gin.constant('network.float32', jnp.float32)
 gin.constant('network.bfloat16', jnp.bfloat16)
 _register(transformer, 'Transformer', 'network')
 _register(sentencepiece_vocabulary, 'SentencePieceVocabulary', 'seqio')
-_register(optax.adafactor, 'adafactor', 'optax')
 _register(SpeculativeEncoderDecoderModel, 'SpeculativeEncoderDecoderModel', 'models')
 _register(decoding.temperature_sample, 'temperature_sample', 'specdec_jax.decoding')
+_register(t5x_decoding.temperature_sample, 'temperature_sample', 'specdec_jax.t5x_decoding')
+_register(t5x_decoding.speculative_sample, 'speculative_sample', 'specdec_jax.t5x_decoding')
 _register(t5_vocab_path, 't5_vocab_path', 'specdec_jax')
+_register(policies.DraftPolicy, 'DraftPolicy', 'specdec_jax')
 
-gin.add_config_file_search_path(str(paths.REPO_ROOT))
+# The folder holding the specdec_jax package (repository root, or site-packages).
+CONFIG_SEARCH_PATH = str(pathlib.Path(__file__).resolve().parent.parent)
+gin.add_config_file_search_path(CONFIG_SEARCH_PATH)
+if str(paths.REPO_ROOT) != CONFIG_SEARCH_PATH:  # pragma: no cover - same folder today
+  gin.add_config_file_search_path(str(paths.REPO_ROOT))
+
+if __name__ == '__main__':
+  print(CONFIG_SEARCH_PATH)

@@ -16,7 +16,8 @@ Sources (`read_records`):
   eight simple English image-caption-style sentences written for this project.
 
 Files may be gzip-compressed (`.gz` after the extension above); they are read as
-UTF-8. Trailing newline and carriage-return characters are stripped, other
+UTF-8. A leading UTF-8 byte-order mark (U+FEFF, as some editors write) is removed in
+every format; trailing newline and carriage-return characters are stripped, other
 whitespace is kept.
 
 Documented behaviour on bad input:
@@ -26,6 +27,11 @@ Documented behaviour on bad input:
 * an **empty (or whitespace-only) source line is an error** (`ValueError` naming
   the file and the 1-based line number): skipping it silently would break the
   "one output line per input line" correspondence;
+* text that is not valid Unicode — a **lone UTF-16 surrogate**, which only a JSON
+  escape can produce (`"\ud83d"` without its low half `"\ude00"`) — is an error
+  (`ValueError` naming file, line and the character position), not repaired:
+  guessing the missing half would change the input silently, and SentencePiece
+  cannot encode it;
 * a source longer than `max_input_len` tokens (prefix and EOS included) is, by
   default, **truncated**: its first `max_input_len − 1` tokens are kept and EOS is
   appended (seqio's `append_eos_after_trim` behaviour); one warning is printed for
@@ -53,6 +59,7 @@ from specdec_jax import paths
 
 EXAMPLES_PATH = paths.ASSETS_DIR / 'examples_en.txt'
 FORMATS = ('auto', 'text', 'tsv', 'jsonl')
+BOM = '\ufeff'  # A UTF-8 byte-order mark, decoded.
 ON_LONG_INPUT = ('truncate', 'error')
 
 
@@ -116,10 +123,28 @@ def _read_lines(path: pathlib.Path) -> list[str]:
     raise ValueError(f'Input file {str(path)!r} is not valid UTF-8 ({e}).') from e
   except (OSError, EOFError) as e:
     raise ValueError(f'Cannot read input file {str(path)!r}: {e}') from e
+  text = text.removeprefix(BOM)
   lines = text.split('\n')
   if lines and lines[-1] == '':
     lines.pop()  # The newline that ends the last line.
   return [line.rstrip('\r') for line in lines]
+
+
+def check_encodable(text: str, origin: str, what: str = 'input') -> None:
+  """Raises ValueError (naming `origin` and the position) unless `text` encodes as UTF-8.
+
+  Only lone UTF-16 surrogates (U+D800–U+DFFF, e.g. from a JSON escape `"\ud83d"`
+  without its pair) fail; SentencePiece cannot encode them.
+  """
+  try:
+    text.encode('utf-8')
+  except UnicodeEncodeError as e:
+    char = text[e.start]
+    raise ValueError(
+        f'{origin}: the {what} holds a lone UTF-16 surrogate U+{ord(char):04X} at character '
+        f'{e.start + 1}, which is not a Unicode character (a JSON escape "\\u{ord(char):04x}" '
+        'without the other half of its pair?); write the character itself, or both halves '
+        '(e.g. "\\ud83d\\ude00" for 😀).') from None
 
 
 def _empty_line_error(path, lineno, what='input line'):
@@ -165,6 +190,9 @@ def read_file(path: str | os.PathLike, input_format: str = 'auto', *,
         raise ValueError(f'{origin}: fields {input_field!r} / {target_field!r} must be strings.')
     if not source.strip():
       raise _empty_line_error(p, lineno, 'source' if fmt != 'text' else 'input line')
+    check_encodable(source, origin, 'source')
+    if target is not None:
+      check_encodable(target, origin, 'reference')
     records.append(Record(source, target, origin))
   if not records:
     raise ValueError(f'Input file {str(p)!r} holds no inputs.')
@@ -174,7 +202,8 @@ def read_file(path: str | os.PathLike, input_format: str = 'auto', *,
 def read_task(task_name: str, split: str = 'test',
               max_examples: Optional[int] = None) -> list[Record]:
   """Records of a registered seqio task (or mixture), in the split's order (no shuffling)."""
-  import seqio
+  from specdec_jax import vocabulary
+  seqio = vocabulary.import_seqio()
   from specdec_jax import tasks  # noqa: F401  (registers the specdec_ende_* tasks)
   try:
     provider = seqio.get_mixture_or_task(task_name)
@@ -243,6 +272,7 @@ def tokenize(records: Sequence[Record], vocabulary, *, prefix: str = '', max_inp
   examples, truncated = [], []
   for i, rec in enumerate(records):
     text = rec.inputs if rec.prefixed else prefix + rec.inputs
+    check_encodable(text, rec.origin)
     ids = [int(t) for t in vocabulary.encode(text)] + [eos]
     cut = len(ids) > max_input_len
     if cut:

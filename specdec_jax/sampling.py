@@ -60,23 +60,54 @@ def topk_mask(logits, topk: int):
   return jnp.where(logits < kth, NEG_INF, logits)
 
 
+# Masses within this of `topp` count as reaching it (see `topp_mask`).
+TOPP_TOLERANCE = 1e-6
+
+
 def topp_mask(logits, topp):
   """Nucleus mask: keeps the smallest set of most likely tokens whose mass reaches `topp`.
 
-  A token is kept when the probability mass strictly before it (in descending order)
-  is below `topp`; the most likely token is always kept. `topp` may be traced.
+  Rule (T5X's, `t5x/binary_search.py:topp_mask`, up to float32 rounding): sort the
+  probabilities `softmax(logits)` in descending order; a token is kept when the mass
+  strictly before it is below `topp − TOPP_TOLERANCE`, so the kept prefix is the
+  shortest one whose mass is at least `topp` (within the tolerance); every token at
+  least as likely as the least likely kept one (its ties) is kept too; the most likely
+  token always is. T5X searches the largest threshold t with
+  `Σ p[p ≥ t] ≥ topp` and keeps `p ≥ t` — the same set in exact arithmetic — but
+  compares float32 sums with no tolerance, so a nucleus that reaches `topp` exactly
+  (e.g. 0.5 + 0.3 for topp = 0.8) may gain or lose the next token depending on how
+  the sum rounds. Here the prefix masses are summed directly (no `cumsum − p`
+  cancellation) and a mass within `TOPP_TOLERANCE` (1e-6, ≈ 17 float32 ulps at 1.0)
+  of `topp` counts as reaching it: exact boundary cases give the exact nucleus; a
+  nucleus whose true mass falls short of `topp` by less than 1e-6 may be one token
+  smaller than in exact arithmetic.
+
+  `topp ≥ 1` keeps every token and `topp ≤ 0` is "off" (keeps every token), also when
+  `topp` is traced.
+
+  Args:
+    logits: float `[..., vocab]` (already divided by the temperature).
+    topp: float scalar (may be traced), or an array broadcastable to
+      `logits.shape[:-1]`.
+  Returns:
+    `logits` with the tokens outside the nucleus set to `NEG_INF`.
   """
-  probs = jax.nn.softmax(logits, axis=-1)
+  logits = jnp.asarray(logits)
+  probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
   sorted_probs = -jnp.sort(-probs, axis=-1)
-  mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
-  keep_sorted = mass_before < topp
+  cum = jnp.cumsum(sorted_probs, axis=-1)
+  mass_before = jnp.concatenate([jnp.zeros_like(cum[..., :1]), cum[..., :-1]], axis=-1)
+  topp = jnp.asarray(topp, jnp.float32)
+  topp_b = topp[..., None] if topp.ndim else topp
+  keep_sorted = mass_before < topp_b - TOPP_TOLERANCE
   keep_sorted = keep_sorted.at[..., 0].set(True)
   # Threshold = smallest kept probability; keep everything at least that likely.
   threshold = jnp.min(jnp.where(keep_sorted, sorted_probs, jnp.inf), axis=-1, keepdims=True)
-  return jnp.where(probs >= threshold, logits, NEG_INF)
+  keep = (probs >= threshold) | (topp_b >= 1.0) | (topp_b <= 0.0)
+  return jnp.where(keep, logits, jnp.asarray(NEG_INF, logits.dtype))
 
 
-def standardize(logits, temperature, topk: int = 0, topp=0.0):
+def standardize(logits, temperature, topk: int = 0, topp=0.0, may_be_greedy: bool = True):
   """Logits → standardized log-weights (softmax of the result is the sampling distribution).
 
   Args:
@@ -84,24 +115,30 @@ def standardize(logits, temperature, topk: int = 0, topp=0.0):
     temperature: scalar or array broadcastable to `logits.shape[:-1]` (e.g. `[batch]`
       with logits `[batch, vocab]`, or `[batch, 1]` with `[batch, k, vocab]`).
     topk: static int, 0 = off.
-    topp: float in [0, 1], 0 = off (may be traced).
+    topp: float in [0, 1], 0 = off, 1 = keeps every token (may be traced); see
+      `topp_mask` for the rule at the boundary.
+    may_be_greedy: static; False promises that no temperature is ≤ MIN_TEMPERATURE
+      (the greedy one-hot branch is then not computed — a speed option).
   Returns:
     float32 `[..., vocab]`: `logits / temperature` with masked tokens at NEG_INF; for
     greedy rows (temperature ≤ MIN_TEMPERATURE) 0 at `argmax(logits)` and NEG_INF elsewhere.
   """
   logits = logits.astype(jnp.float32)
-  greedy_std = jnp.where(
-      jax.nn.one_hot(argmax(logits), logits.shape[-1], dtype=jnp.bool_),
-      0.0, NEG_INF)
+
+  def greedy_std():
+    return jnp.where(jax.nn.one_hot(argmax(logits), logits.shape[-1], dtype=jnp.bool_),
+                     0.0, NEG_INF)
   if is_static_greedy(temperature):
-    return greedy_std
+    return greedy_std()
   temperature = jnp.asarray(temperature, jnp.float32)
   scaled = logits / jnp.maximum(temperature, MIN_TEMPERATURE)[..., None]
   if topk:
     scaled = topk_mask(scaled, topk)
-  if isinstance(topp, jax.core.Tracer) or topp:
+  if not isinstance(topp, (int, float)) or 0.0 < topp < 1.0:  # arrays / traced: always
     scaled = topp_mask(scaled, topp)
-  return jnp.where((temperature <= MIN_TEMPERATURE)[..., None], greedy_std, scaled)
+  if not may_be_greedy:
+    return scaled
+  return jnp.where((temperature <= MIN_TEMPERATURE)[..., None], greedy_std(), scaled)
 
 
 def probs_from_logits(std_logits):

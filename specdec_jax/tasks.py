@@ -34,10 +34,11 @@ import os
 import pathlib
 from typing import Mapping, Optional
 
-import seqio
-import tensorflow as tf
-
 from specdec_jax import paths
+from specdec_jax import vocabulary as _vocabulary
+
+seqio = _vocabulary.import_seqio()  # Imports TensorFlow, without its start-up log lines.
+import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 
 TRANSLATE_PREFIX = 'translate English to German: '
 DEMO_VOCAB_DIR = paths.ASSETS_DIR / 'demo_ende' / 'vocab'

@@ -26,21 +26,16 @@ whichever comes first.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
-import os
 import pathlib
 import sys
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
-import flax
 import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from tqdm import tqdm
 
 from specdec_jax import data as data_lib
@@ -52,173 +47,61 @@ from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
 
 
-# ---------------------------------------------------------------------------- config io
-
-def config_to_dict(config: T5Config) -> dict[str, Any]:
-  d = dataclasses.asdict(config)
-  d['dtype'] = jnp.dtype(config.dtype).name
-  d['mlp_activations'] = list(config.mlp_activations)
-  return d
-
-
-def config_from_dict(d: dict[str, Any]) -> T5Config:
-  d = dict(d)
-  d['dtype'] = jnp.dtype(d.get('dtype', 'float32')).type
-  d['mlp_activations'] = tuple(d['mlp_activations'])
-  return T5Config(**d)
+# The run's files and the training step live in their own modules; re-exported here
+# (`train.load_run`, `train.config_to_dict`, ... are used by scripts and jobs).
+from specdec_jax.run_files import (_checkpoints, config_from_dict, config_to_dict,  # noqa: F401
+                                   load_params, load_run, param_count, restore_train_state,
+                                   save_params, save_train_state)
+from specdec_jax.train_step import (TrainState, cross_entropy, kl_to_teacher,  # noqa: F401
+                                    make_optimizer, make_schedule, make_train_step)
 
 
-def param_count(params) -> int:
-  return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params)))
+# ---------------------------------------------------------------------------- dev BLEU
 
+class _DevEval:
+  """Greedy dev-set BLEU of the params being trained (dropout off, one compilation).
 
-def save_params(params, path: str | os.PathLike) -> None:
-  path = pathlib.Path(path)
-  tmp = path.with_name(path.name + '.tmp')
-  tmp.write_bytes(flax.serialization.msgpack_serialize(jax.device_get(params)))
-  os.replace(tmp, path)
+  With a teacher (distill mode) it also reports how well the model predicts the
+  teacher along the teacher's own greedy dev outputs: `dev_greedy_agreement`
+  (α of greedy speculative decoding) and `dev_beta_t1` (α at temperature 1).
+  """
 
+  def __init__(self, config: T5Config, processor, split: str, examples: int, data_dir,
+               teacher=None, teacher_params=None):
+    from specdec_jax import evaluation  # pylint: disable=g-import-not-at-top
+    self._evaluation = evaluation
+    self.model = t5.Transformer(config.replace(dropout_rate=0.0))
+    self.processor = processor
+    self.sources, self.references = data_lib.read_parallel(split, data_dir, limit=examples)
+    self.split = split
+    self.teacher, self.teacher_params = teacher, teacher_params
+    self.teacher_batches = None
+    if teacher is not None:
+      inputs = data_lib.encode_inputs(processor, self.sources)
+      self.teacher_batches = []
+      for idx, decodes in evaluation.greedy_batches(teacher, teacher_params, inputs,
+                                                    batch_size=100, sort_by_length=False):
+        enc = data_lib.pad_batch([inputs[i] for i in idx], 64)
+        self.teacher_batches.append((enc, decodes))
 
-def load_params(path: str | os.PathLike):
-  return flax.serialization.msgpack_restore(pathlib.Path(path).read_bytes())
-
-
-def load_run(run_dir: str | os.PathLike):
-  """(T5Config, float32 params) of a finished run dir (`config.json`, `params.msgpack`)."""
-  run_dir = pathlib.Path(run_dir)
-  config = config_from_dict(json.loads((run_dir / 'config.json').read_text()))
-  return config, load_params(run_dir / 'params.msgpack')
-
-
-# ---------------------------------------------------------------------------- losses
-
-def cross_entropy(logits, targets, weights, label_smoothing: float = 0.0):
-  """Summed token cross-entropy (with label smoothing) and summed plain NLL, in float32."""
-  vocab = logits.shape[-1]
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32))
-  nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-  if label_smoothing > 0:
-    smooth = -jnp.mean(logp, axis=-1)
-    loss = (1.0 - label_smoothing) * nll + label_smoothing * smooth
-  else:
-    loss = nll
-  return jnp.sum(loss * weights), jnp.sum(nll * weights)
-
-
-def kl_to_teacher(student_logits, teacher_logits, weights):
-  """Summed token KL(p_teacher ‖ q_student) at temperature 1."""
-  logq = jax.nn.log_softmax(student_logits.astype(jnp.float32))
-  logp = jax.nn.log_softmax(teacher_logits.astype(jnp.float32))
-  kl = jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1)
-  return jnp.sum(kl * weights)
-
-
-# ---------------------------------------------------------------------------- schedule
-
-def make_schedule(learning_rate: float, warmup_steps: int, decay: str = 'rsqrt',
-                  total_steps: int | None = None):
-  """Linear warm-up to `learning_rate`, then rsqrt decay (or cosine to `total_steps`, or constant)."""
-  def schedule(step):
-    step = jnp.asarray(step, jnp.float32) + 1.0
-    warm = jnp.minimum(1.0, step / max(warmup_steps, 1))
-    if decay == 'rsqrt':
-      factor = jnp.sqrt(max(warmup_steps, 1) / jnp.maximum(step, max(warmup_steps, 1)))
-    elif decay == 'cosine':
-      frac = jnp.clip((step - warmup_steps) / max(total_steps - warmup_steps, 1), 0.0, 1.0)
-      factor = 0.1 + 0.9 * 0.5 * (1.0 + jnp.cos(jnp.pi * frac))
-    elif decay == 'constant':
-      factor = 1.0
-    else:
-      raise ValueError(f'Unknown decay {decay!r}; use rsqrt, cosine or constant.')
-    return learning_rate * warm * factor
-  return schedule
-
-
-def make_optimizer(schedule, weight_decay: float = 0.01, clip_norm: float = 1.0):
-  decay_mask = lambda params: jax.tree_util.tree_map(lambda x: x.ndim > 1, params)
-  return optax.chain(
-      optax.clip_by_global_norm(clip_norm),
-      optax.adamw(schedule, b1=0.9, b2=0.98, eps=1e-9, weight_decay=weight_decay,
-                  mask=decay_mask))
-
-
-# ---------------------------------------------------------------------------- steps
-
-@flax.struct.dataclass
-class TrainState:
-  step: jax.Array
-  params: Any
-  opt_state: Any
-
-
-def make_train_step(model, optimizer, *, mode: str, label_smoothing: float,
-                    kd_weight: float = 0.5, teacher=None):
-  """Jitted `(state, batch, rng, teacher_params) -> (state, metrics)`; one compile per shape."""
-
-  def loss_fn(params, batch, rng, teacher_params):
-    logits = model.apply({'params': params}, batch['encoder_input_tokens'],
-                         batch['decoder_input_tokens'], batch['decoder_target_tokens'],
-                         enable_dropout=True, rngs={'dropout': rng})
-    weights = batch['decoder_loss_weights']
-    tokens = jnp.maximum(jnp.sum(weights), 1.0)
-    ce, nll = cross_entropy(logits, batch['decoder_target_tokens'], weights, label_smoothing)
-    metrics = {'nll': nll / tokens, 'tokens': jnp.sum(weights)}
-    if mode == 'distill':
-      teacher_logits = jax.lax.stop_gradient(teacher.apply(
-          {'params': teacher_params}, batch['encoder_input_tokens'],
-          batch['decoder_input_tokens'], batch['decoder_target_tokens'],
-          enable_dropout=False))
-      kl = kl_to_teacher(logits, teacher_logits, weights)
-      loss = ((1.0 - kd_weight) * ce + kd_weight * kl) / tokens
-      metrics['kl'] = kl / tokens
-      metrics['teacher_agree'] = jnp.sum(
-          (jnp.argmax(logits, -1) == jnp.argmax(teacher_logits, -1)) * weights) / tokens
-    else:
-      loss = ce / tokens
-    metrics['loss'] = loss
-    return loss, metrics
-
-  def step_fn(state: TrainState, batch, rng, teacher_params):
-    rng = jax.random.fold_in(rng, state.step)
-    grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, batch, rng, teacher_params)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    metrics['grad_norm'] = optax.tree.norm(grads)
-    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
-
-  return jax.jit(step_fn, donate_argnums=(0,))
-
-
-# ---------------------------------------------------------------------------- checkpoints
-
-def _checkpoints(run_dir: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
-  found = []
-  for p in run_dir.glob('train_state_*.msgpack'):
-    try:
-      found.append((int(p.stem.split('_')[-1]), p))
-    except ValueError:
-      pass
-  return sorted(found)
-
-
-def save_train_state(run_dir: pathlib.Path, state: TrainState, position: dict, keep: int):
-  step = int(state.step)
-  blob = {'state': flax.serialization.to_state_dict(jax.device_get(state)), 'position': position}
-  path = run_dir / f'train_state_{step}.msgpack'
-  tmp = path.with_name(path.name + '.tmp')
-  tmp.write_bytes(flax.serialization.msgpack_serialize(blob))
-  os.replace(tmp, path)
-  for _, old in _checkpoints(run_dir)[:-keep]:
-    old.unlink(missing_ok=True)
-
-
-def restore_train_state(run_dir: pathlib.Path, template: TrainState):
-  ckpts = _checkpoints(run_dir)
-  if not ckpts:
-    return None
-  blob = flax.serialization.msgpack_restore(ckpts[-1][1].read_bytes())
-  state = flax.serialization.from_state_dict(template, blob['state'])
-  return state, {k: int(v) for k, v in blob['position'].items()}
+  def __call__(self, params) -> dict:
+    t0 = time.time()
+    hyps, ids = self._evaluation.translate(self.model, params, self.processor, self.sources,
+                                           batch_size=100)
+    bleu = self._evaluation.corpus_bleu(hyps, self.references)
+    out = {'dev_bleu': round(bleu.score, 2), 'dev_split': self.split,
+           'dev_sentences': len(hyps),
+           'dev_mean_len': round(float(np.mean([len(x) for x in ids])), 2)}
+    if self.teacher_batches:
+      tot = {'agree': 0.0, 'beta': 0.0, 'positions': 0.0}
+      for enc, decodes in self.teacher_batches:
+        a = self._evaluation.draft_agreement(self.teacher, self.teacher_params, self.model,
+                                             params, enc, decodes)
+        tot = {k: tot[k] + a[k] for k in tot}
+      out['dev_greedy_agreement'] = round(tot['agree'] / tot['positions'], 4)
+      out['dev_beta_t1'] = round(tot['beta'] / tot['positions'], 4)
+    out['dev_seconds'] = round(time.time() - t0, 1)
+    return out
 
 
 # ---------------------------------------------------------------------------- main loop
@@ -247,8 +130,20 @@ def train(run_dir: str = gin.REQUIRED,
           log_every_steps: int = 20,
           seed: int = 0,
           limit_examples: int | None = None,
+          optimizer: str = 'adamw',
+          targets_path: str | None = None,
+          eval_every_steps: int = 0,
+          eval_split: str = 'ende/multi30k/val',
+          eval_examples: int = 500,
           overrides: dict | None = None) -> dict:
-  """Trains one model; returns a summary dict (also written to `<run_dir>/summary.json`)."""
+  """Trains one model; returns a summary dict (also written to `<run_dir>/summary.json`).
+
+  `targets_path` replaces the gold German side by token-id lines (sequence-level
+  distillation on a target's greedy outputs, written by `specdec_jax.distill_data`).
+  With `eval_every_steps > 0`, the first `eval_examples` sentences of `eval_split`
+  are translated greedily every that many steps (and at the end) and their sacreBLEU
+  is logged as `dev_bleu` in `train_log.jsonl`.
+  """
   start_time = time.time()
   if mode not in ('target', 'distill'):
     raise ValueError(f"train.mode must be 'target' or 'distill', got {mode!r}.")
@@ -265,7 +160,7 @@ def train(run_dir: str = gin.REQUIRED,
     raise ValueError(f'vocab_size {model_config.vocab_size} < {processor.vocab_size()} pieces '
                      f'+ {vocabulary.DEFAULT_EXTRA_IDS} extra ids.')
   dataset = data_lib.load_dataset(processor, train_split, batch_size, buckets, seed, data_dir,
-                                  limit=limit_examples)
+                                  limit=limit_examples, targets_path=targets_path)
 
   model = t5.Transformer(model_config)
   teacher, teacher_params = None, None
@@ -283,9 +178,9 @@ def train(run_dir: str = gin.REQUIRED,
   init_rng, dropout_rng = jax.random.split(rng)
   params = t5.init_params(model_config, init_rng)
   schedule = make_schedule(learning_rate, warmup_steps, lr_decay, total_steps)
-  optimizer = make_optimizer(schedule, weight_decay)
+  opt = make_optimizer(schedule, weight_decay, name=optimizer)
   state = TrainState(step=jnp.array(0, jnp.int32), params=params,
-                     opt_state=optimizer.init(params))
+                     opt_state=opt.init(params))
   position = {'epoch': 0, 'batch': 0}
   restored = restore_train_state(run_dir, state)
   if restored is not None:
@@ -296,16 +191,30 @@ def train(run_dir: str = gin.REQUIRED,
   print(f'mode={mode} params={n_params:,} steps/epoch={dataset.steps_per_epoch} '
         f'examples={len(dataset.inputs)}', flush=True)
 
-  train_step = make_train_step(model, optimizer, mode=mode, label_smoothing=label_smoothing,
+  train_step = make_train_step(model, opt, mode=mode, label_smoothing=label_smoothing,
                                kd_weight=kd_weight, teacher=teacher)
   log_file = open(run_dir / 'train_log.jsonl', 'a')
+  dev_eval = None
+  if eval_every_steps:
+    dev_eval = _DevEval(model_config, processor, eval_split, eval_examples, data_dir,
+                        teacher, teacher_params)
+
+  def evaluate(step):
+    if dev_eval is None:
+      return
+    record = {'step': step, 'epoch': position['epoch'],
+              'minutes': (time.time() - start_time) / 60, **dev_eval(state.params)}
+    log_file.write(json.dumps(record) + '\n')
+    log_file.flush()
+    tqdm.write(json.dumps(record), file=sys.stdout)
+
   deadline = start_time + 60.0 * max_minutes
   window_tokens, window_start = 0.0, time.time()
   total_tokens = 0.0
   last = {}
   stop_reason = 'max_steps'
   bar = tqdm(total=max_steps, initial=int(state.step), dynamic_ncols=True, mininterval=5.0,
-             file=sys.stdout)
+             file=flags.progress_file())
   done = False
   while not done:
     for batch in dataset.batches(position['epoch'], position['batch']):
@@ -337,10 +246,14 @@ def train(run_dir: str = gin.REQUIRED,
         window_tokens, window_start = 0.0, time.time()
       if step % checkpoint_every_steps == 0:
         save_train_state(run_dir, state, position, keep_checkpoints)
+      if eval_every_steps and step % eval_every_steps == 0:
+        evaluate(step)
     else:
       position = {'epoch': position['epoch'] + 1, 'batch': 0}
   bar.close()
   save_train_state(run_dir, state, position, keep_checkpoints)
+  if eval_every_steps and int(state.step) % eval_every_steps:
+    evaluate(int(state.step))
   save_params(state.params, run_dir / 'params.msgpack')
   summary = {'mode': mode, 'steps': int(state.step), 'epoch': position['epoch'],
              'batch_in_epoch': position['batch'], 'params': n_params,
@@ -356,16 +269,27 @@ def train(run_dir: str = gin.REQUIRED,
   return summary
 
 
-def main(argv: Sequence[str] | None = None):
-  f = flags.parse_gin_flags(sys.argv[1:] if argv is None else argv,
-                            'python -m specdec_jax.train',
-                            'Train a T5 model (target or distill mode).',
-                            "--gin.train.max_minutes=35")
-  for path in ['.', *f.search_paths]:
-    gin.add_config_file_search_path(path)
-  gin.parse_config_files_and_bindings(f.gin_files, f.bindings)
-  train()
+def main(argv: Sequence[str] | None = None) -> int:
+  """Command-line entry point (`flags.run_cli`): 0 done, 2 a configuration or input error
+  (a missing gin file, an unknown parameter, an unquoted string, a bad setting, a missing
+  data file), 130 interrupted (the checkpoints written so far are kept: rerun the same
+  command to resume)."""
+  f = flags.parse_gin_flags(
+      sys.argv[1:] if argv is None else argv, 'python -m specdec_jax.train',
+      'Train a T5 model (target or distill mode), gin-configured.',
+      '--gin.train.max_minutes=35',
+      examples=('python -m specdec_jax.train --gin_file=configs/train/target_ende.gin',
+                'python -m specdec_jax.train --gin_file=configs/train/draft_ende.gin '
+                "--gin.train.max_minutes=10 --gin.train.run_dir=\"'runs/draft_try'\""),
+      parameters=flags.parameters_help(train, 'train', denylist=('overrides',)))
+  return flags.run_cli(
+      f, 'specdec_jax.train',
+      parse=lambda: flags.parse_gin(f.gin_files, f.bindings, f.search_paths),
+      configure=lambda: train(),  # pylint: disable=unnecessary-lambda
+      config_errors=(ValueError, FileNotFoundError),
+      interrupted='the checkpoints written so far are kept; rerun the same command to resume',
+      hint=' (rerun with --debug for the traceback)')
 
 
 if __name__ == '__main__':
-  main()
+  sys.exit(main())

@@ -12,15 +12,23 @@ then German file), without sampling or shuffling, on one thread.
 
 Command line:
   python -m specdec_jax.vocabulary --output_prefix=/tmp/ende8k [--vocab_size=8000]
+
+`import_seqio()` imports seqio (which imports TensorFlow) without TensorFlow's C++
+start-up log lines (oneDNN / CUDA notices, printed to the process's stderr before
+its logging is initialised, so `TF_CPP_MIN_LOG_LEVEL` does not silence them).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import io
 import os
 import pathlib
+import re
+import sys
+import tempfile
 from typing import Iterable, Sequence
 
 PAD_ID = 0
@@ -28,6 +36,90 @@ EOS_ID = 1
 UNK_ID = 2
 DEFAULT_EXTRA_IDS = 100
 TRANSLATE_PREFIX = 'translate English to German: '
+
+
+# TensorFlow's start-up lines (C++ logging before absl is initialised; one set per
+# shared library it loads, so usually twice).
+_TF_NOISE = re.compile(
+    r'(WARNING: All log messages before absl::InitializeLog\(\) is called'
+    r'|oneDNN custom operations are on'
+    r'|cudart_stub\.cc|Could not find cuda drivers'
+    r'|Unable to register cu(DNN|FFT|BLAS) factory'
+    r'|TF-TRT Warning|computation placer already registered'
+    r'|This TensorFlow binary is optimized to use available CPU instructions'
+    r'|rebuild TensorFlow with the appropriate compiler flags'
+    r'|cuda_(dnn|fft|blas)\.cc.*Unable to register)')
+
+
+@contextlib.contextmanager
+def _drop_tensorflow_startup_lines():
+  """Captures the process's stderr (fd 2) and re-emits every line but TensorFlow's noise."""
+  try:
+    sys.stderr.flush()
+    saved = os.dup(2)
+  except (OSError, ValueError, AttributeError):  # No real fd 2: nothing to filter.
+    yield
+    return
+  with tempfile.TemporaryFile() as capture:
+    os.dup2(capture.fileno(), 2)
+    try:
+      yield
+    finally:
+      try:
+        sys.stderr.flush()
+      except (OSError, ValueError):
+        pass
+      os.dup2(saved, 2)
+      os.close(saved)
+      capture.seek(0)
+      kept = [line for line in capture.read().decode('utf-8', 'replace').splitlines(True)
+              if not _TF_NOISE.search(line)]
+      if kept:
+        sys.stderr.write(''.join(kept))
+        sys.stderr.flush()
+
+
+def import_seqio():
+  """`import seqio` (and so TensorFlow) with TensorFlow's start-up log lines dropped.
+
+  Other output written to stderr during the import (a real warning or error) is
+  passed through; an import error is raised as usual. Returns the seqio module.
+  """
+  if sys.modules.get('seqio') is not None:
+    return sys.modules['seqio']
+  with _drop_tensorflow_startup_lines():
+    import seqio  # pylint: disable=g-import-not-at-top
+  return seqio
+
+
+class SentencePieceVocab:
+  """The part of `seqio.SentencePieceVocabulary` the jobs use, on `sentencepiece` alone.
+
+  For machines where seqio (and TensorFlow) is not installed, e.g. an accelerator
+  image: `load_vocabulary` falls back to it. Same ids as seqio's: the model's pieces,
+  then `extra_ids` sentinels; `vocab_size` counts both; pad 0, EOS 1, unk 2.
+  """
+
+  def __init__(self, path: str, extra_ids: int = DEFAULT_EXTRA_IDS):
+    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+    self._sp = spm.SentencePieceProcessor(model_file=str(path))
+    self.sentencepiece_model_file = str(path)
+    self.extra_ids = extra_ids
+    self.pad_id, self.eos_id, self.unk_id = PAD_ID, EOS_ID, UNK_ID
+
+  @property
+  def vocab_size(self) -> int:
+    return self._sp.get_piece_size() + self.extra_ids
+
+  def encode(self, text: str) -> list[int]:
+    return self._sp.encode(text)
+
+  def decode(self, ids) -> str:
+    n = self._sp.get_piece_size()
+    ids = [int(i) for i in ids]
+    if EOS_ID in ids:
+      ids = ids[:ids.index(EOS_ID)]
+    return self._sp.decode([i for i in ids if 0 < i < n])
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
@@ -103,7 +195,7 @@ def train_ende_vocabulary(output_prefix: str | os.PathLike, vocab_size: int = 80
 
 def load_vocabulary(path: str | os.PathLike, extra_ids: int = DEFAULT_EXTRA_IDS):
   """`seqio.SentencePieceVocabulary` of the `.model` file at `path` (or a folder holding one)."""
-  import seqio
+  seqio = import_seqio()
   path = pathlib.Path(path)
   if path.is_dir():
     models = sorted(path.glob('*.model'))

@@ -9,12 +9,15 @@ two methods produced identical tokens at temperature 0.
 import json
 import math
 import shutil
+import types
 
 import gin
 import jax
+import numpy as np
 import pytest
 
 from specdec_jax import benchmark as bench
+from specdec_jax.bench import rows as rows_lib
 from specdec_jax import decode as decode_lib
 from specdec_jax import paths
 from specdec_jax.models import t5
@@ -54,8 +57,8 @@ def tiny_pair(tmp_path_factory):
   shutil.copy(models[0], root / 'vocab' / models[0].name)
   # The layout scripts/export_demo.py writes for the demo pair.
   (root / 'pair.json').write_text(json.dumps({
-      'target': {'step': 1, 't5_config': bench._config_dict(target)},
-      'draft': {'step': 1, 't5_config': bench._config_dict(draft)}}))
+      'target': {'step': 1, 't5_config': bench.config_dict(target)},
+      'draft': {'step': 1, 't5_config': bench.config_dict(draft)}}))
   sentences = root / 'sentences.en'
   sentences.write_text('A dog runs in the park.\nTwo men are talking.\n'
                        'A girl is reading a book.\nThe cat sleeps on the sofa.\n'
@@ -103,11 +106,25 @@ def test_quick_mode_report(tiny_pair, tmp_path):
     assert math.isclose(v, sc['target_step_s'][str(g + 1)] / sc['target_step_s']['1'],
                         rel_tol=1e-9)
     expected = (1 - a ** (g + 1)) / (1 - a)
-    assert math.isclose(r['predicted_speedup'], expected / (g * c + 1), rel_tol=1e-9)
+    assert math.isclose(r['predicted_speedup_thm38'], expected / (g * c + 1), rel_tol=1e-9)
     assert math.isclose(r['predicted_speedup_v'], expected / (g * c + v), rel_tol=1e-9)
-    assert math.isclose(r['efficiency'], r['speedup'] / r['predicted_speedup'], rel_tol=1e-9)
     assert math.isclose(r['efficiency_v'], r['speedup'] / r['predicted_speedup_v'],
                         rel_tol=1e-9)
+    # The cost model of every phase, recomputed from the recorded costs.
+    t1 = sc['target_step_s']['1']
+    (enc,) = sc['encoder'].values()  # 4 short sentences: one input-length bucket
+    over = sc['overheads']['0']
+    a_spec, a_base = over['spec_round_s'][str(g)] / t1, over['base_step_s'] / t1
+    assert math.isclose(r['a_spec'], a_spec, rel_tol=1e-9) and a_spec > 0 and a_base > 0
+    e_t, e_d = enc['target_s'] / t1, enc['draft_s'] / t1
+    n_tok = r['baseline_tokens']  # batch 1: one row per batch, no padding rows
+    base_units = 4 * e_t + n_tok * (1 + a_base)
+    spec_units = 4 * (e_t + e_d) + (n_tok / expected) * (g * c + v + a_spec)
+    assert math.isclose(r['predicted_speedup'], base_units / spec_units, rel_tol=1e-9)
+    assert math.isclose(r['efficiency'], r['speedup'] / r['predicted_speedup'], rel_tol=1e-9)
+    assert math.isclose(r['rounds_predicted'], n_tok / expected, rel_tol=1e-9)
+    assert r['rounds_measured'] == r['target_calls']  # batch 1: the loop's rounds
+    assert r['predicted_best_gamma'] in (2, 4)
     assert 1.0 <= r['tokens_per_target_call'] <= g + 1
     assert r['best_gamma'] == best
   assert on_disk['hf_peer']['skipped'] is True
@@ -122,14 +139,16 @@ def test_predicted_speedup_formula():
 
 
 class _FakeRunner:
-  """What `benchmark._row` reads from a Runner."""
+  """What `bench.rows.row` reads from a Runner."""
 
   def __init__(self, times, n_tokens, gamma=None, stats=None):
     self.times, self.gamma, self.stats = times, gamma, stats
     self.outputs = [list(range(n_tokens))]
     self.num_tokens = n_tokens
     self.first_call_s = 1.0
-    self.batches = [None]
+    self.batches = [types.SimpleNamespace(tokens=np.zeros((1, 8), np.int32))]
+    self.row_tokens = [[n_tokens]]
+    self.rounds = [stats['target_calls'][0]] if stats else None
 
 
 def test_speedup_compares_throughput_when_lengths_differ():
@@ -142,7 +161,10 @@ def test_speedup_compares_throughput_when_lengths_differ():
                tokens=[80], target_calls=[40])
   base = _FakeRunner([1.0, 1.0, 1.0], 100)
   spec = _FakeRunner([0.9, 0.9, 0.9], 80, gamma=2, stats=stats)
-  row = bench._row('d', 1, 1.0, base, spec, dict(c=0.1, v={'2': 1.2}))
+  costs = dict(c=0.1, v={'2': 1.2}, target_step_s={'1': 0.01},
+               encoder={'8': dict(target_s=0.02, draft_s=0.005)},
+               overheads={'1': dict(spec_round_s={'2': 0.001}, base_step_s=0.0005)})
+  row = rows_lib.row('d', 1, 1.0, base, spec, costs)
   assert math.isclose(row['speedup'], (80 / 0.9) / (100 / 1.0), rel_tol=1e-12)
   assert math.isclose(row['speedup'], row['speculative_tokens_per_s'] /
                       row['baseline_tokens_per_s'], rel_tol=1e-12)

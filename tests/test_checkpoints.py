@@ -147,7 +147,8 @@ def test_legacy_round_trip(small_params, tmp_path, use_tensorstore):
   assert sorted(os.listdir(tmp_path)) == ['checkpoint_7']  # No temporary left behind.
   assert_identical(checkpoints.load_t5x_checkpoint(tmp_path, SMALL), small_params)
   state = checkpoints.read_t5x_arrays(tmp_path, 'state')
-  assert state == {'step': 7, 'param_states': {}}
+  assert state == {'step': 7}  # No optimizer state: no (empty) param_states node.
+  assert state['step'].dtype == np.int32
   with pytest.raises(FileExistsError):
     checkpoints.save_t5x_checkpoint(small_params, tmp_path, step=7)
   # bfloat16 storage reads back bit-identical too.
@@ -257,14 +258,43 @@ def test_errors(t5x_dir, small_params, tmp_path):
   wrong = TINY.replace(mlp_dim=32)
   with pytest.raises(ValueError) as e:
     checkpoints.load_t5x_checkpoint(t5x_dir / 'test_t5_tiny.checkpoint_0', wrong)
-  assert "['mlp']['wi_0']['kernel']" in str(e.value)
-  assert '(8, 16)' in str(e.value) and '(8, 32)' in str(e.value)
+  assert ('decoder/layers_0/mlp/wi_0/kernel has shape (8, 16) but the T5Config expects '
+          '(8, 32)') in str(e.value)
+  # Every mismatching array is named, not just the first: wi_0, wi_1, wo in 2+2 layers.
+  assert '(12)' in str(e.value) and 'encoder/layers_1/mlp/wo/kernel has shape (16, 8)' in str(
+      e.value)
   for saver in (checkpoints.save_t5x_checkpoint, checkpoints.save_orbax_checkpoint):
     folder = tmp_path / saver.__name__
     saver(small_params, folder)
-    with pytest.raises(ValueError, match=r"\['logits_dense'\]\['kernel'\].*\(16, 40\)"
-                                         r".*\(16, 41\)"):
+    with pytest.raises(ValueError, match=r"decoder/logits_dense/kernel has shape \(16, 40\)"
+                                         r" but the T5Config expects \(16, 41\)"):
       checkpoints.load_t5x_checkpoint(folder, SMALL.replace(vocab_size=41))
+
+
+@pytest.mark.parametrize('saver', ['save_t5x_checkpoint', 'save_orbax_checkpoint'])
+def test_config_accounting_names_every_array(small_params, tmp_path, saver):
+  save = getattr(checkpoints, saver)
+  bad = jax.tree.map(np.asarray, small_params)  # A copy.
+  del bad['encoder']['layers_1']
+  bad['decoder']['extra'] = {'kernel': np.zeros((2, 3), np.float32)}
+  save(bad, tmp_path / 'bad')
+  with pytest.raises(ValueError) as e:
+    checkpoints.load_t5x_checkpoint(tmp_path / 'bad', SMALL)
+  msg = str(e.value)
+  assert '(10 problems)' in msg and 'missing (9):' in msg
+  for name in ('attention/query/kernel', 'attention/out/kernel', 'mlp/wi_1/kernel',
+               'pre_attention_layer_norm/scale', 'pre_mlp_layer_norm/scale'):
+    assert f'encoder/layers_1/{name} (expected shape' in msg
+  # Legacy: shapes from the specs; Orbax: names before any array is read.
+  extra = ('decoder/extra/kernel (shape (2, 3))' if saver == 'save_t5x_checkpoint'
+           else 'decoder/extra/kernel\n')
+  assert f'unexpected (1):\n    {extra}' in msg
+  assert 'the number of layers differs' in msg and 'the MLP differs' not in msg
+  # An untied (T5 1.1) checkpoint read with a tied config: the head is named, with the fix.
+  save(small_params, tmp_path / 'good')
+  with pytest.raises(ValueError, match=r'unexpected \(1\):\n    decoder/logits_dense/kernel'
+                                       r'(?s:.*)use logits_via_embedding=False'):
+    checkpoints.load_t5x_checkpoint(tmp_path / 'good', SMALL.replace(logits_via_embedding=True))
 
 
 # --- Hugging Face folder import ---------------------------------------------------

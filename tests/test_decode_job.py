@@ -8,7 +8,9 @@ from the shared data. Only two programs are compiled (speculative and baseline).
 
 import gzip
 import json
+import os
 import pathlib
+import stat
 
 import gin
 import jax
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 
 from specdec_jax import decode as decode_lib
+from specdec_jax.decode import outputs as decode_outputs
 from specdec_jax import inputs as inputs_lib
 from specdec_jax import paths
 from specdec_jax.models import t5
@@ -279,7 +282,7 @@ def test_error_during_decoding_leaves_no_output(pair, tmp_path, monkeypatch, cap
     return np.ones((n, 10), np.int32), dict(target_calls=ones, drafted=ones, accepted=ones,
                                             alpha_sum=ones * 1.0, alpha_count=ones,
                                             tokens=ones)
-  monkeypatch.setattr(decode_lib, '_decode_batch', fake)
+  monkeypatch.setattr(decode_outputs, '_decode_batch', fake)
   with pytest.raises(RuntimeError, match='device lost'):
     decode_lib.run(_argv(gin_file, f"decode.input_path='{inp}'",
                          f"decode.output_path='{out}'"))
@@ -396,3 +399,282 @@ def test_unquoted_string_binding_gets_a_quoting_hint():
   for ok in ("decode.x = 'a'", 'decode.x = (1, 2)', 'decode.x = @f()', 'decode.x = %M',
              'decode.x = -0.5', 'decode.x = None', 'decode.x = True'):
     assert flags.gin_error_message(ValueError('e'), [ok]) == 'e'
+
+
+# --- bad inputs, permissions, Ctrl-C, progress (issue: input and numerics faults) --------
+
+def _fake_decode_batch(interrupt_at=None):
+  """A stand-in for `_decode_batch` (no compilation): every row decodes to EOS."""
+  calls = []
+
+  def fake(p, batch, bi):
+    calls.append(bi)
+    if interrupt_at is not None and len(calls) > interrupt_at:
+      raise KeyboardInterrupt
+    n = batch.tokens.shape[0]
+    ones = np.ones(n, np.int64)
+    return np.ones((n, 10), np.int32), dict(target_calls=ones, drafted=ones, accepted=ones,
+                                            alpha_sum=ones * 1.0, alpha_count=ones,
+                                            tokens=ones)
+  return fake
+
+
+@pytest.mark.parametrize('name, body, needles', [
+    ('in.jsonl', '{"inputs": "A cat."}\n{"inputs": "A dog \\ud83d runs"}\n',
+     ['in.jsonl:2', 'lone UTF-16 surrogate U+D83D']),
+    ('in.tsv', 'A cat.\tEine Katze.\n\n', ['in.tsv:2', 'empty']),
+    ('in.jsonl', '{"inputs": "A cat."}\n[1, 2]\n', ['in.jsonl:2', 'expected a JSON object']),
+    ('in.txt', b'A cat.\n\xff\xfe\n', ['in.txt', 'not valid UTF-8']),
+])
+def test_bad_input_files_exit_2_before_loading(pair, tmp_path, capsys, no_loading, name, body,
+                                               needles):
+  gin_file, _ = pair
+  inp = tmp_path / name
+  if isinstance(body, bytes):
+    inp.write_bytes(body)
+  else:
+    inp.write_text(body, encoding='utf-8')
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{out}'"))
+  _assert_clean_failure(rc, capsys, out, *needles)
+
+
+def test_byte_order_mark_is_not_in_the_output(pair, tmp_path, monkeypatch, capsys):
+  gin_file, _ = pair
+  monkeypatch.setattr(decode_outputs, '_decode_batch', _fake_decode_batch())
+  for name, body in (('in.txt', 'A dog runs.\nTwo men.\n'),
+                     ('in.jsonl', '{"inputs": "A dog runs."}\n{"inputs": "Two men."}\n')):
+    inp = tmp_path / name
+    inp.write_bytes(b'\xef\xbb\xbf' + body.encode())
+    out = tmp_path / f'{name}.out.jsonl'
+    rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                               f"decode.output_path='{out}'"))
+    assert rc == 0, capsys.readouterr().err
+    assert [r['inputs'] for r in _read_jsonl(out)] == ['A dog runs.', 'Two men.']
+
+
+@pytest.mark.parametrize('umask, mode', [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_output_files_follow_the_umask(pair, tmp_path, monkeypatch, capsys, umask, mode):
+  gin_file, _ = pair
+  monkeypatch.setattr(decode_outputs, '_decode_batch', _fake_decode_batch())
+  out = tmp_path / 'o.jsonl'
+  old = os.umask(umask)
+  try:
+    rc = decode_lib.main(_argv(gin_file, f"decode.output_path='{out}'"))
+  finally:
+    os.umask(old)
+  assert rc == 0, capsys.readouterr().err
+  for path in (out, decode_lib.summary_path_for(out)):
+    assert stat.S_IMODE(path.stat().st_mode) == mode, (path, oct(path.stat().st_mode))
+
+
+def test_ctrl_c_prints_one_line_exits_130_and_writes_nothing(pair, tmp_path, monkeypatch,
+                                                              capsys):
+  gin_file, _ = pair
+  monkeypatch.setattr(decode_outputs, '_decode_batch', _fake_decode_batch(interrupt_at=2))
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, f"decode.output_path='{out}'",  # 8 inputs, 3 batches
+                             'decode.max_input_len=64'))
+  err = capsys.readouterr().err
+  assert rc == 130
+  assert err == 'specdec_jax.decode: interrupted; no output written\n', err
+  assert not out.exists() and not decode_lib.summary_path_for(out).exists()
+  assert not list(tmp_path.glob('.o.jsonl*'))
+
+
+def test_progress_bar_only_on_a_terminal_or_when_asked(pair, tmp_path, monkeypatch, capsys):
+  gin_file, _ = pair
+  monkeypatch.delenv('SPECDEC_PROGRESS', raising=False)
+  monkeypatch.setattr(decode_outputs, '_decode_batch', _fake_decode_batch())
+  out = tmp_path / 'o.jsonl'
+  assert decode_lib.main(_argv(gin_file, f"decode.output_path='{out}'")) == 0
+  captured = capsys.readouterr()
+  assert 'batch' not in captured.err and '3/3' not in captured.err, captured.err  # not a tty
+  assert decode_lib.main(_argv(gin_file, f"decode.output_path='{out}'",
+                               'decode.progress=True')) == 0
+  captured = capsys.readouterr()
+  assert '3/3' in captured.err and '3/3' not in captured.out
+
+
+def test_gamma_larger_than_the_budget(pair, tmp_path, capsys):
+  """γ + 1 > max_decode_len: exit 0, and every output within the budget."""
+  gin_file, _ = pair
+  inp = tmp_path / 'in.txt'
+  inp.write_text('A dog runs in the park.\nTwo men are talking.\nA girl is reading.\n')
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{out}'", 'decode.max_decode_len=4',
+                             'decode.gamma=4'))
+  assert rc == 0, capsys.readouterr().err
+  rows = _read_jsonl(out)
+  assert len(rows) == 3 and all(1 <= r['tokens'] <= 4 for r in rows)
+  assert all(r['target_calls'] >= 1 for r in rows)
+
+
+@pytest.mark.parametrize('policy', ["'heuristic'", '@specdec_jax.DraftPolicy()'])
+def test_draft_policy_binding(pair, tmp_path, capsys, policy):
+  """An adaptive draft_policy (by name or as a configurable) gives the baseline's text."""
+  gin_file, _ = pair
+  inp = _tsv(tmp_path)
+  preds = {}
+  for name, extra in (('baseline', ["decode.method='baseline'"]),
+                      ('policy', [f'decode.draft_policy={policy}',
+                                  "specdec_jax.DraftPolicy.kind='confidence'",
+                                  'specdec_jax.DraftPolicy.threshold=0.6'][
+                                      :1 if policy.startswith("'") else 3])):
+    out = tmp_path / f'{name}.jsonl'
+    rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                               f"decode.output_path='{out}'", *extra))
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    preds[name] = [r['prediction'] for r in _read_jsonl(out)]
+    summary = json.loads((tmp_path / f'{name}.jsonl.summary.json').read_text())
+  assert preds['policy'] == preds['baseline']
+  kind = 'heuristic' if policy.startswith("'") else 'confidence'
+  assert summary['draft_policy']['kind'] == kind
+  assert f'draft_policy={kind}' in captured.out
+  # (< 1 is possible: near the length budget a round may draft nothing.)
+  assert 0.0 < summary['mean_draft_length'] <= 4.0
+
+
+def test_unknown_draft_policy_is_a_clean_error(pair, tmp_path, capsys, no_loading):
+  gin_file, _ = pair
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, f"decode.output_path='{out}'",
+                             "decode.draft_policy='greedy'"))
+  _assert_clean_failure(rc, capsys, out, 'draft_policy', 'heuristic')
+
+
+# --- a T5X model gin as the model description ---------------------------------------------
+
+def _speculative_model_gin() -> pathlib.Path:
+  for rel in ('specdec_jax/configs/t5x/speculative_model.gin',
+              'configs/t5x/speculative_model.gin'):
+    if (paths.REPO_ROOT / rel).is_file():
+      return paths.REPO_ROOT / rel
+  pytest.skip('the T5X model gin speculative_model.gin is not in the repository')
+
+
+@pytest.fixture(scope='module')
+def t5x_model_gin(pair, shared):
+  """The project's T5X model gin, sized down to the tiny pair (as a user would)."""
+  _, root = pair
+  _, vocab = shared
+  path = root / 'tiny_t5x_model.gin'
+  lines = [f"include '{_speculative_model_gin()}'"]
+  for scope, cfg in (('', dict(emb_dim=8, num_heads=4, head_dim=3, mlp_dim=16,
+                               num_encoder_layers=2, num_decoder_layers=2)),
+                     ('draft/', dict(emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
+                                     num_encoder_layers=1, num_decoder_layers=1))):
+    lines += [f'{scope}network.T5Config.{k} = {v!r}' for k, v in cfg.items()]
+  lines += [f"VOCAB_PATH = '{vocab}'", f"DRAFT_CHECKPOINT = '{root / 'draft'}'", 'GAMMA = 3']
+  path.write_text('\n'.join(lines) + '\n')
+  return path
+
+
+def _t5x_argv(model_gin, shared, *bindings, checkpoint=True):
+  target, _ = shared
+  return ([f'--gin_file={model_gin}']
+          + ([f"--gin.CHECKPOINT_PATH='{target}'"] if checkpoint else [])
+          + ['--gin.decode.max_input_len=16', '--gin.decode.max_decode_len=10',
+             '--gin.decode.batch_size=3'] + [f'--gin.{b}' for b in bindings])
+
+
+def test_t5x_model_gin_runs_the_same_pair(pair, shared, t5x_model_gin, tmp_path, capsys):
+  """One gin file for t5x.infer and the job: same configs, checkpoints, γ and output."""
+  gin_file, root = pair
+  target, _ = shared
+  inp = _tsv(tmp_path)
+  out_t5x, out_job = tmp_path / 't5x.jsonl', tmp_path / 'job.jsonl'
+  decode_lib.parse_gin([str(t5x_model_gin)], [f"CHECKPOINT_PATH = '{target}'"])
+  p = decode_lib.decode(prepare_only=True, check_bindings=True)
+  decode_lib.parse_gin(['configs/runs/decode.gin', str(gin_file)], [])
+  q = decode_lib.decode(prepare_only=True, check_bindings=True)
+  assert p.pair.target_config == q.pair.target_config
+  assert p.pair.draft_config == q.pair.draft_config
+  assert p.pair.target_checkpoint == q.pair.target_checkpoint == str(target)
+  assert p.pair.draft_checkpoint == str((root / 'draft').resolve())
+  assert (p.settings['gamma'], p.settings['temperature'], p.settings['method']) == (
+      3, 0.0, 'speculative')
+  rc = decode_lib.main(_t5x_argv(t5x_model_gin, shared, f"decode.input_path='{inp}'",
+                                 f"decode.output_path='{out_t5x}'"))
+  assert rc == 0, capsys.readouterr().err
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{out_job}'"))
+  assert rc == 0, capsys.readouterr().err
+  assert _read_jsonl(out_t5x) == _read_jsonl(out_job)
+  summary = json.loads(decode_lib.summary_path_for(out_t5x).read_text())
+  assert summary['gamma'] == 3 and summary['target_checkpoint'] == str(target)
+
+
+def test_t5x_model_gin_macros_are_honoured(shared, t5x_model_gin, tmp_path):
+  target, _ = shared
+  out = tmp_path / 'o.jsonl'
+  decode_lib.parse_gin([str(t5x_model_gin)], [
+      f"CHECKPOINT_PATH = '{target}'", 'GAMMA = 2', 'TEMPERATURE = 0.5',
+      'models.SpeculativeEncoderDecoderModel.topp = 0.9', f"decode.output_path = '{out}'"])
+  p = decode_lib.decode(prepare_only=True, check_bindings=True)
+  assert (p.settings['gamma'], p.settings['temperature'], p.settings['topp']) == (2, 0.5, 0.9)
+  decode_lib.parse_gin([str(t5x_model_gin)], [
+      f"CHECKPOINT_PATH = '{target}'",
+      'models.SpeculativeEncoderDecoderModel.decode_fn = '
+      '@specdec_jax.t5x_decoding.temperature_sample'])
+  p = decode_lib.decode(prepare_only=True, check_bindings=True)
+  assert p.settings['method'] == 'baseline' and p.draft_params is None
+
+
+@pytest.mark.parametrize('extra, needles', [
+    # The demo / decode.* pair plus a T5X macro the job would ignore.
+    (['CHECKPOINT_PATH="/ckpt/x"'], ["CHECKPOINT_PATH = '/ckpt/x'", 'decode.target_checkpoint',
+                                      'does not use']),
+    (['GAMMA=5'], ['GAMMA = 5', 'decode.gamma']),
+    (['TEMPERATURE=0.7'], ['TEMPERATURE = 0.7', 'decode.temperature']),
+    # A scoped T5Config binding that a more specific one overrides, and an unscoped one.
+    (['network.T5Config.emb_dim=16'], ['network.T5Config.emb_dim = 16', 'more specific']),
+])
+def test_unused_bindings_are_errors(pair, tmp_path, capsys, no_loading, extra, needles):
+  gin_file, _ = pair
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, f"decode.output_path='{out}'", *extra))
+  _assert_clean_failure(rc, capsys, out, 'gin binding(s) the decode job does not use', *needles)
+
+
+def test_unused_binding_raises_in_library_use(pair):
+  gin_file, _ = pair
+  with pytest.raises(ValueError, match='CHECKPOINT_PATH'):
+    decode_lib.run(_argv(gin_file, "CHECKPOINT_PATH='/x'"))
+
+
+@pytest.mark.parametrize('extra, needles, checkpoint', [
+    ([], ['No target checkpoint', '--gin.CHECKPOINT_PATH='], False),
+    (['decode.gamma=5'], ['decode.gamma', 'GAMMA'], True),
+    (['decode.pair_dir="demo_ende"'], ['decode.pair_dir', 'configs/runs/decode.gin'], True),
+    (['models.SpeculativeEncoderDecoderModel.rescale_log_probs=False'],
+     ['rescale_log_probs', 'not used by the decode job'], True),
+    (['models.SpeculativeEncoderDecoderModel.decode_fn=@network.Transformer'],
+     ['decode_fn', 'cannot be run by the decode job'], True),
+    (['MODEL=@network.Transformer()'], ['MODEL = @network.Transformer()',
+                                         'cannot be run by the decode job'], True),
+    (['decode.method="speculative"',
+      'models.SpeculativeEncoderDecoderModel.decode_fn='
+      '@specdec_jax.t5x_decoding.temperature_sample'], ['contradicts'], True),
+    (['target/network.T5Config.emb_dim=16'],  # the T5X gin's target is unscoped
+     ['target/network.T5Config.emb_dim = 16', 'does not use'], True),
+])
+def test_t5x_model_gin_bindings_that_cannot_be_honoured(shared, t5x_model_gin, tmp_path,
+                                                        capsys, no_loading, extra, needles,
+                                                        checkpoint):
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_t5x_argv(t5x_model_gin, shared, f"decode.output_path='{out}'", *extra,
+                                 checkpoint=checkpoint))
+  _assert_clean_failure(rc, capsys, out, *needles)
+
+
+def test_t5x_model_gin_with_the_decode_run_gin_is_an_error(shared, t5x_model_gin, tmp_path,
+                                                           capsys, no_loading):
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(['--gin_file=configs/runs/decode.gin', *_t5x_argv(
+      t5x_model_gin, shared, f"decode.output_path='{out}'")])
+  _assert_clean_failure(rc, capsys, out, 'The T5X model gin (MODEL) describes the model pair',
+                        'decode.pair_dir', 'decode.gamma → GAMMA')

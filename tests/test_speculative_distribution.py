@@ -7,7 +7,9 @@ standardization (temperature, top-k / top-p). N = 20,000 speculative samples, dr
 in one batched call with seed 0, are compared with a chi-square goodness-of-fit test
 (bins with expected count < 5 merged); the test passes when p-value ≥ 1e-3.
 A planted wrong variant — resampling from p instead of the residual max(0, p − q) —
-must fail the same test (p-value < 1e-3).
+must fail the same test (p-value < 1e-3). Every adaptive draft-length policy is held
+to the same test (seed 0, same threshold), with γ_max = 3 so that rounds draft 1–3
+tokens; a planted adaptive verify call that misses the bonus position must fail it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from specdec_jax import accept, decoding, sampling
+from specdec_jax import accept, decoding, generate, policies, sampling, verify
 from specdec_jax.models import t5
 
 from conftest import small_config
@@ -95,18 +97,19 @@ def chi_square_pvalue(samples, dist):
 
 
 def speculative_samples(model, params, draft_params, t_mask, d_mask, temperature, topk, topp,
-                        gamma=2, seed=0):
+                        gamma=2, seed=0, policy=None):
   step = t5.make_step_fn(model, params)
   dstep = t5.make_step_fn(model, draft_params)
 
   @jax.jit
   def run(key):
-    tc = t5.encode_and_init_cache(model, params, ENC, LENGTH)
-    dc = t5.encode_and_init_cache(model, draft_params, ENC, LENGTH)
+    length = generate.cache_length(LENGTH, gamma)  # a (γ+1)-token verify call must fit
+    tc = t5.encode_and_init_cache(model, params, ENC, length)
+    dc = t5.encode_and_init_cache(model, draft_params, ENC, length)
     out, _, stats = decoding.speculative_sample(
         jnp.zeros((1, LENGTH), jnp.int32), tc, masked(step, t_mask), dc,
         masked(dstep, d_mask), eos_id=1, gamma=gamma, vocab_size=V, decode_rng=key,
-        num_decodes=N, temperature=temperature, topk=topk, topp=topp)
+        num_decodes=N, temperature=temperature, topk=topk, topp=topp, draft_policy=policy)
     return out[0], stats
   out, stats = run(jax.random.PRNGKey(seed))
   return np.asarray(out), stats
@@ -139,4 +142,40 @@ def test_planted_wrong_residual_fails(models, monkeypatch):
   dist = exact_distribution(model, params, IDENTITY, 1.0, 0, 0.0)
   monkeypatch.setattr(accept, 'residual_distribution', lambda p, q: p)
   samples, _ = speculative_samples(model, params, draft_params, IDENTITY, IDENTITY, 1.0, 0, 0.0)
+  assert chi_square_pvalue(samples, dist) < P_MIN
+
+
+POLICIES = {
+    'heuristic': policies.DraftPolicy('heuristic', gamma_init=1),
+    'confidence': policies.DraftPolicy('confidence', threshold=0.3),
+    'optimal': policies.DraftPolicy('optimal', c=0.2, v=(1.0, 1.1, 1.3)),
+}
+
+
+@pytest.mark.parametrize('policy', sorted(POLICIES))
+@pytest.mark.parametrize('temperature, topk, topp', SETTINGS[:2])
+def test_distribution_matches_target_adaptive(models, policy, temperature, topk, topp):
+  model, params, draft_params = models
+  dist = exact_distribution(model, params, IDENTITY, temperature, topk, topp)
+  samples, stats = speculative_samples(model, params, draft_params, IDENTITY, IDENTITY,
+                                       temperature, topk, topp, gamma=3,
+                                       policy=POLICIES[policy])
+  pvalue = chi_square_pvalue(samples, dist)
+  assert pvalue >= P_MIN, f'chi-square p={pvalue:.2e} for {policy} {temperature} {topk} {topp}'
+  mean = np.asarray(stats.drafted).sum() / np.asarray(stats.target_calls).sum()
+  # LENGTH = 3: rounds near the length limit draft fewer than 1 token on average.
+  assert 0.0 < mean <= 3.0
+
+
+def test_planted_narrow_verify_fails(models, monkeypatch):
+  """The adaptive verify call must cover the bonus position: a planted off-by-one that
+  verifies only the drafted positions (bonus logits left at zero) must fail."""
+  model, params, draft_params = models
+  dist = exact_distribution(model, params, IDENTITY, 1.0, 0, 0.0)
+  real = verify.verify_block_adaptive
+  monkeypatch.setattr(verify, 'verify_block_adaptive',
+                      lambda step, cache, cur, n, tokens, width: real(
+                          step, cache, cur, n, tokens, jnp.maximum(width - 1, 1)))
+  samples, _ = speculative_samples(model, params, draft_params, IDENTITY, IDENTITY, 1.0, 0, 0.0,
+                                   gamma=3, policy=POLICIES['heuristic'])
   assert chi_square_pvalue(samples, dist) < P_MIN

@@ -10,8 +10,12 @@ import glob
 import io
 import os
 import pathlib
+import re
 
+from flax import traverse_util
+from flax.linen import partitioning as nn_partitioning
 import gin
+from gin import config_parser
 import jax
 import numpy as np
 import pytest
@@ -108,6 +112,18 @@ def test_predict_greedy_equals_target_greedy(pair, model):
   assert aux1['target_calls'].shape == (3,)
 
 
+@pytest.mark.parametrize('policy', ['heuristic', 'confidence'])
+def test_predict_with_an_adaptive_draft_policy(pair, policy):
+  """`draft_policy` reaches the loop: greedy output unchanged, draft lengths ≤ γ."""
+  model = make_model(pair, gamma=3, draft_policy=policy)
+  assert model.draft_policy.kind == policy
+  ref, _ = greedy_reference(pair)
+  decodes, aux = model.predict_batch_with_aux(pair.params, t5x_batch(), num_decodes=2,
+                                              return_all_decodes=True)
+  np.testing.assert_array_equal(decodes, ref)
+  assert np.all(aux['drafted'] <= 3 * aux['target_calls'])
+
+
 def test_predict_default_shapes_and_prompt(pair, model):
   ref, _ = greedy_reference(pair)
   decodes, aux = model.predict_batch_with_aux(pair.params, t5x_batch())
@@ -195,15 +211,80 @@ def test_get_initial_variables(pair, model):
   variables = jax.eval_shape(lambda rng: model.get_initial_variables(rng, shapes),
                              jax.random.PRNGKey(0))
   assert set(variables) == {'params', 'params_axes'}
-  t5.check_params(variables['params'], pair.config)
-  assert variables['params_axes']['token_embedder']['embedding_axes'].names == ('vocab', 'embed')
+  params, axes = variables['params'], variables['params_axes']
+  # The draft lives in the params tree (T5X places / partitions / passes it like any
+  # param), with its logical axes next to the target's.
+  t5.check_params({k: v for k, v in params.items() if k != 'draft'}, pair.config)
+  t5.check_params(params['draft'], pair.draft_config)
+  assert axes['token_embedder']['embedding_axes'].names == ('vocab', 'embed')
+  assert axes['draft']['token_embedder']['embedding_axes'].names == ('vocab', 'embed')
+  # T5X's TrainState.create check (_validate_params_axes): every param has axis names.
+  names = nn_partitioning.get_axis_names(axes)
+  assert (set(traverse_util.flatten_dict(params, sep='/')) ==
+          set(traverse_util.flatten_dict(names, sep='/')))
+  assert tuple(names['draft']['decoder']['layers_0']['mlp']['wi_0']['kernel']) == ('embed', 'mlp')
   with pytest.raises(ValueError, match='lacks'):
     model.get_initial_variables(jax.random.PRNGKey(0), {'encoder_input_tokens': (2, 6)})
+
+
+def test_params_with_draft_and_split(pair, model):
+  full = model.params_with_draft(pair.params)
+  assert full['draft'] is pair.draft_params and full['decoder'] is pair.params['decoder']
+  target, draft = model.split_params(full)
+  assert draft is pair.draft_params and 'draft' not in target
+  # Target-only params outside a trace: completed from the constructor's draft_params.
+  assert model.split_params(pair.params)[1] is pair.draft_params
+  with pytest.raises(ValueError, match='already hold'):
+    model.params_with_draft(full)
+  with pytest.raises(ValueError, match='draft_module.config'):
+    model.params_with_draft(pair.params, pair.params)
+  # Scoring / the loss ignore params['draft'].
+  np.testing.assert_allclose(model.score_batch(full, t5x_batch()),
+                             model.score_batch(pair.params, t5x_batch()))
+  no_draft = make_model(pair, draft_params=None)
+  with pytest.raises(ValueError, match='No draft params'):
+    no_draft.split_params(pair.params)
+
+
+def _constant_sizes(hlo_text: str):
+  """Element counts of the non-splat constants in StableHLO text.
+
+  `stablehlo.constant dense<"0x…"> : tensor<64x16xf32>` (or `dense<[[…]]>`) holds
+  data baked into the program; splats (`dense<0.0> : tensor<…>`, one value) do not.
+  """
+  sizes = []
+  for match in re.finditer(r'stablehlo\.constant\s+dense<["\[][^:]*:\s*tensor<([^>]*)>',
+                           hlo_text):
+    dims = [int(d) for d in match.group(1).split('x')[:-1]]
+    sizes.append(int(np.prod(dims)) if dims else 1)
+  return sizes
+
+
+def test_predict_step_takes_draft_params_as_arguments(pair, model):
+  """T5X jits predict_batch_with_aux with the params as an argument: no draft constants."""
+  batch = {k: v for k, v in t5x_batch().items() if k in ('encoder_input_tokens',
+                                                           'decoder_input_tokens')}
+  full = model.params_with_draft(pair.params)
+  step = lambda params, batch: model.predict_batch_with_aux(params, batch)
+  text = jax.jit(step).lower(full, batch).as_text()
+  smallest_param = min(int(np.size(x)) for x in jax.tree_util.tree_leaves(pair.draft_params))
+  assert smallest_param >= 16
+  # Every draft (and target) param is an argument: no constant as big as any of them.
+  assert max(_constant_sizes(text), default=0) < smallest_param, sorted(_constant_sizes(text))[-5:]
+  # The detector finds them when they are closed over (as the old lazy loading did).
+  closed = jax.jit(lambda batch: model.predict_batch_with_aux(full, batch)).lower(batch)
+  draft_sizes = sorted(int(np.size(x)) for x in jax.tree_util.tree_leaves(pair.draft_params))
+  assert sorted(_constant_sizes(closed.as_text()))[-1] >= draft_sizes[-1]
+  # Target-only params inside a trace would bake the draft in: refused, with the fix.
+  with pytest.raises(ValueError, match='constants'):
+    jax.jit(step).lower(pair.params, batch)
 
 
 def test_constructor_errors(pair):
   with pytest.raises(ValueError, match='gamma'):
     make_model(pair, gamma=0)
+  with pytest.raises(ValueError, match='draft_policy'):
+    make_model(pair, draft_policy='sometimes')
   with pytest.raises(ValueError, match='Transformer'):
     SpeculativeEncoderDecoderModel(pair.model, None, None, None, draft_module=object(),
                                    draft_params=pair.draft_params)
@@ -211,6 +292,10 @@ def test_constructor_errors(pair):
     make_model(pair, draft_params=pair.params)
   with pytest.raises(ValueError, match='vocab_size'):
     make_model(pair, vocab=FakeVocab(size=100))
+  # Our-layout loop as a model decode_fn would misread T5X's prompt layout.
+  from specdec_jax import decoding
+  with pytest.raises(ValueError, match='t5x_decoding.temperature_sample'):
+    make_model(pair, decode_fn=decoding.temperature_sample)
 
 
 def test_vocabulary_mismatch(pair):
@@ -248,7 +333,11 @@ def test_draft_checkpoint_path_is_loaded_lazily():
 
 # ---------------------------------------------------------------------------- gin configs
 
-MODEL_GINS = sorted(glob.glob(str(REPO / 'configs' / 'models' / '*' / '*.gin')))
+CONFIGS = REPO / 'specdec_jax' / 'configs'
+MODEL_GINS = sorted(glob.glob(str(CONFIGS / 'models' / '*' / '*.gin')))
+# T5X-only configurables (t5x is not importable here): skipped when parsing our side.
+T5X_NAMES = ['adafactor.Adafactor', 'adafactor.standard_logical_factor_rules',
+             'utils.RestoreCheckpointConfig']
 
 
 def test_every_size_has_a_gin_file():
@@ -257,10 +346,12 @@ def test_every_size_has_a_gin_file():
 
 
 @pytest.mark.parametrize('path', MODEL_GINS, ids=lambda p: os.path.relpath(p, REPO))
-def test_model_gin_builds_preset_config(path):
+def test_model_gin_builds_preset_config(path, tmp_path, monkeypatch):
+  # From another working directory, by the package-relative name T5X users pass.
+  monkeypatch.chdir(tmp_path)
   gin.clear_config()
   try:
-    gin.parse_config_file(path)
+    gin.parse_config_file(os.path.relpath(path, REPO))
     config = gin.get_configurable('network.T5Config')()
     key = f'{pathlib.Path(path).parent.name}_{pathlib.Path(path).stem}'
     assert config == PRESETS[key]
@@ -268,21 +359,102 @@ def test_model_gin_builds_preset_config(path):
     assert isinstance(module, t5.Transformer) and module.config == config
     assert gin.query_parameter('models.SpeculativeEncoderDecoderModel.gamma') is not None
     assert gin.query_parameter('seqio.SentencePieceVocabulary.extra_ids') == 100
+    assert gin.query_parameter('%OPTIMIZER') is None  # T5X's: configs/t5x/adafactor.gin
   finally:
     gin.clear_config()
 
 
-def test_speculative_example_gin():
+class _Statements(config_parser.ParserDelegate):
+  """Parses a gin file into plain statements (references as ('@', selector, evaluate))."""
+
+  def configurable_reference(self, scoped_configurable_name, evaluate):
+    return ('@', scoped_configurable_name, evaluate)
+
+  def macro(self, macro_name):
+    return ('%', macro_name)
+
+
+def _statements(path):
+  with open(path) as f:
+    parsed = list(config_parser.ConfigParser(f, _Statements()))
+  imports = [(st.module, st.is_from) for st in parsed
+             if isinstance(st, config_parser.ImportStatement)]
+  bindings = {(st.selector, st.arg_name): st.value for st in parsed
+              if isinstance(st, config_parser.BindingStatement)}
+  includes = [st.filename for st in parsed if isinstance(st, config_parser.IncludeStatement)]
+  return imports, bindings, includes
+
+
+def test_t5x_optimizer_gin_binds_t5x_adafactor():
+  """OPTIMIZER as t5x/examples/t5/t5_1_1/base.gin binds it (T5X's OptimizerDef, not optax)."""
+  imports, bindings, _ = _statements(CONFIGS / 't5x' / 'adafactor.gin')
+  assert imports == [('__gin__.dynamic_registration', True), ('t5x.adafactor', True)]
+  assert bindings == {
+      ('OPTIMIZER', ''): ('@', 'adafactor.Adafactor', True),
+      ('adafactor.Adafactor', 'decay_rate'): 0.8,
+      ('adafactor.Adafactor', 'step_offset'): 0,
+      ('adafactor.Adafactor', 'logical_factor_rules'):
+          ('@', 'adafactor.standard_logical_factor_rules', True)}
+
+
+def test_t5x_restore_gin_binds_the_draft_hook():
+  from specdec_jax import t5x_restore
+  imports, bindings, _ = _statements(CONFIGS / 't5x' / 'restore_draft.gin')
+  assert ('t5x.utils', True) in imports and ('specdec_jax.t5x_restore', True) in imports
+  assert bindings == {
+      ('utils.RestoreCheckpointConfig', 'state_transformation_fns'):
+          [('@', 't5x_restore.add_draft_params', False)],
+      ('t5x_restore.add_draft_params', 'draft_checkpoint'): ('%', 'DRAFT_CHECKPOINT')}
+  # T5X calls it as fn(state_dict, target_state_dict[, is_resuming=...]).
+  import inspect
+  sig = inspect.signature(t5x_restore.add_draft_params)
+  assert list(sig.parameters)[:2] == ['state_dict', 'target_state_dict']
+  assert 'is_resuming' in sig.parameters
+
+
+def test_t5x_model_gin_from_another_directory(tmp_path, monkeypatch):
+  """The T5X model gin: parsed by its package-relative name outside the repository,
+  our side built (T5X-only names skipped, as without t5x), the T5X parts included."""
+  path = CONFIGS / 't5x' / 'speculative_model.gin'
+  _, _, includes = _statements(path)
+  assert includes == ['specdec_jax/configs/models/t5_1_1/xxl.gin',
+                      'specdec_jax/configs/t5x/adafactor.gin',
+                      'specdec_jax/configs/t5x/restore_draft.gin']
+  monkeypatch.chdir(tmp_path)
   gin.clear_config()
   try:
-    gin.parse_config_file(str(REPO / 'configs' / 't5x' / 'speculative_model.gin'))
+    gin.parse_config_files_and_bindings(
+        ['specdec_jax/configs/t5x/speculative_model.gin'], ['OPTIMIZER = None'],
+        skip_unknown=T5X_NAMES, finalize_config=False)
     assert gin.get_configurable('network.T5Config')() == PRESETS['t5_1_1_xxl']
     with gin.config_scope('draft'):
       assert gin.get_configurable('network.T5Config')() == PRESETS['t5_1_1_small']
     assert gin.query_parameter('%GAMMA') == 4
+    assert gin.query_parameter('%TEMPERATURE') == 0.0
     assert gin.query_parameter('%DRAFT_CHECKPOINT').startswith('gs://')
+    ref = gin.query_parameter('t5x_restore.add_draft_params.draft_checkpoint')
+    assert ref.selector == 'gin.macro' and list(ref.scopes) == ['DRAFT_CHECKPOINT']
+    for name in ('draft_module', 'draft_params', 'gamma', 'temperature', 'optimizer_def'):
+      gin.query_parameter(f'models.SpeculativeEncoderDecoderModel.{name}')
   finally:
     gin.clear_config()
+
+
+def test_t5x_resolves_our_gin_files_like_its_own(tmp_path):
+  """As T5X parses them: a fresh interpreter, outside the repository, nothing of ours
+  imported beforehand and no search path added: the package-relative names resolve
+  through gin's Python-path reader (the config folders are packages, like T5X's)."""
+  import subprocess
+  import sys
+  code = ('import gin\n'
+          'gin.parse_config_files_and_bindings(\n'
+          "    ['specdec_jax/configs/t5x/speculative_model.gin'], ['OPTIMIZER = None'],\n"
+          f'    skip_unknown={T5X_NAMES!r}, finalize_config=False)\n'
+          "print(gin.query_parameter('%GAMMA'), gin.query_parameter('network.T5Config.emb_dim'))\n")
+  env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+  out = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, env=env, check=True,
+                       capture_output=True, text=True, timeout=600)
+  assert out.stdout.split() == ['4', '4096']
 
 
 def test_gin_builds_model_end_to_end(pair, model):  # `model`: compiled first
@@ -291,7 +463,7 @@ def test_gin_builds_model_end_to_end(pair, model):  # `model`: compiled first
   cfg = pair.config
   try:
     gin.parse_config_files_and_bindings(
-        [str(REPO / 'configs' / 'models' / 't5_1_1' / 'small.gin')],
+        ['specdec_jax/configs/models/t5_1_1/small.gin'],
         [f'network.T5Config.{k} = {v!r}' for k, v in dict(
             vocab_size=cfg.vocab_size, emb_dim=cfg.emb_dim, num_heads=cfg.num_heads,
             num_encoder_layers=cfg.num_encoder_layers, head_dim=cfg.head_dim,

@@ -1,9 +1,11 @@
 """T5 building blocks in flax.linen with T5X's param names, shapes and logical axes.
 
-Numerics follow T5X's `t5x/examples/t5/layers.py`: RMS layer norm (ε = 1e-6,
-computed in float32), no 1/√d scaling of attention logits (it is folded into the
-query initialisation), tanh-approximated gelu, 2-D kernels, float32 params cast to
-the activation `dtype` at use. Every param is created with
+Numerics follow T5X's `t5x/examples/t5/layers.py` dtype for dtype: RMS layer norm
+(ε = 1e-6, statistics in float32, output in `dtype`), no 1/√d scaling of attention
+logits (it is folded into the query initialisation), attention logits and softmax
+in the activation `dtype` (float32 only with `float32_logits`), tanh-approximated
+gelu, 2-D kernels, float32 params cast to the activation `dtype` at use, and the
+tied output layer (`Embed.attend`) in float32 as T5X's `network.Transformer` sets it. Every param is created with
 `flax.linen.partitioning.param_with_axes`, so its logical axis names land in the
 `params_axes` collection exactly as in T5X.
 """
@@ -22,7 +24,7 @@ import numpy as np
 param_with_axes = partitioning.param_with_axes
 Initializer = Callable[..., jax.Array]
 
-NEG_INF_BIAS = -1e10  # T5X's attention-mask bias.
+NEG_INF_BIAS = -1e10  # T5X's attention-mask bias (where the dtype holds it; see mask_to_bias).
 
 default_kernel_init = nn.initializers.variance_scaling(1.0, 'fan_in', 'truncated_normal')
 
@@ -55,10 +57,17 @@ class DenseGeneral(nn.Module):
 
 
 class Embed(nn.Module):
-  """Token embedding `[vocab, embed]`; `attend` gives logits against it."""
+  """Token embedding `[vocab, embed]`; `attend` gives logits against it.
+
+  `dtype` is the dtype of the looked-up embeddings; `attend_dtype` that of the
+  embedding matrix in `attend` (default float32, the value T5X's
+  `network.Transformer` gives its `token_embedder` "for logit training stability";
+  None = `dtype`).
+  """
   num_embeddings: int
   features: int
   dtype: Any = jnp.float32
+  attend_dtype: Any = jnp.float32
 
   def setup(self):
     self.embedding = param_with_axes(
@@ -70,9 +79,13 @@ class Embed(nn.Module):
     return jnp.take(jnp.asarray(self.embedding, self.dtype), tokens, axis=0)
 
   def attend(self, query):
-    """query `[..., features]` → logits `[..., num_embeddings]`."""
-    return jnp.dot(jnp.asarray(query, self.dtype),
-                   jnp.asarray(self.embedding, self.dtype).T)
+    """query `[..., features]` → logits `[..., num_embeddings]` (T5X `Embed.attend`).
+
+    The query is not cast: a bfloat16 query against the float32 matrix gives float32
+    logits (JAX type promotion), exactly as in T5X.
+    """
+    dtype = self.attend_dtype if self.attend_dtype is not None else self.dtype
+    return jnp.dot(query, jnp.asarray(self.embedding, dtype).T)
 
 
 class LayerNorm(nn.Module):
@@ -174,30 +187,52 @@ class RelativePositionBiases(nn.Module):
 def dot_product_attention(query, key, value, bias, dtype=jnp.float32,
                           float32_logits=False, dropout_rng=None, dropout_rate=0.0,
                           deterministic=True):
-  """T5 attention without 1/√d scaling.
+  """T5 attention without 1/√d scaling (T5X `layers.dot_product_attention`).
+
+  Dtypes as T5X: the logits `q·k` and the softmax are computed in the dtype of
+  query/key (the activation dtype, e.g. bfloat16; float32 when `float32_logits`),
+  the weights are then cast to `dtype` and applied to `value` as it is. Attention
+  dropout is shared across query positions (T5X broadcasts it along q).
 
   Args:
     query: `[batch, q, heads, head_dim]`.
     key, value: `[batch, k, heads, head_dim]`.
     bias: broadcastable to `[batch, heads, q, k]` (mask bias + position bias).
   Returns:
-    `[batch, q, heads, head_dim]` in `dtype`.
+    `[batch, q, heads, head_dim]` in `dtype` (for `value` of dtype `dtype`).
   """
   if float32_logits:
     query = query.astype(jnp.float32)
     key = key.astype(jnp.float32)
   weights = jnp.einsum('bqhd,bkhd->bhqk', query, key)
   weights = weights + bias.astype(weights.dtype)
-  weights = jax.nn.softmax(weights.astype(jnp.float32)).astype(dtype)
+  weights = jax.nn.softmax(weights).astype(dtype)
   if not deterministic and dropout_rate > 0.0:
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
-    weights = weights * keep.astype(dtype) / jnp.asarray(1.0 - dropout_rate, dtype)
-  return jnp.einsum('bhqk,bkhd->bqhd', weights, value.astype(dtype))
+    keep_prob = 1.0 - dropout_rate
+    shape = list(weights.shape)
+    shape[-2] = 1
+    keep = jnp.broadcast_to(jax.random.bernoulli(dropout_rng, keep_prob, shape),
+                            weights.shape)
+    weights = weights * (keep.astype(weights.dtype) / jnp.asarray(keep_prob, dtype))
+  return jnp.einsum('bhqk,bkhd->bqhd', weights, value)
+
+
+def mask_bias_value(dtype) -> float:
+  """The additive bias of a masked position in `dtype`: finite in every float dtype.
+
+  T5X's −1e10 where `dtype` holds it (float32, bfloat16: bit-identical to T5X), else
+  half the dtype's most negative finite value (float16: −32752; −1e10 would round to
+  −inf there, and a fully masked row — a padded query position — would give
+  softmax(−inf, …, −inf) = NaN, which then reaches every position through the
+  attention's weighted sum). Half, so that adding relative-position biases and
+  attention logits to it cannot overflow to −inf either; exp() of it is still 0.
+  """
+  return max(NEG_INF_BIAS, float(jnp.finfo(dtype).min) / 2)
 
 
 def mask_to_bias(mask, dtype=jnp.float32):
-  """Boolean mask (True = attend) → additive bias (0 or -1e10)."""
-  return jnp.where(mask, jnp.asarray(0.0, dtype), jnp.asarray(NEG_INF_BIAS, dtype))
+  """Boolean mask (True = attend) → additive bias `dtype` (0, or `mask_bias_value(dtype)`)."""
+  return jnp.where(mask, jnp.asarray(0.0, dtype), jnp.asarray(mask_bias_value(dtype), dtype))
 
 
 class MultiHeadDotProductAttention(nn.Module):
@@ -246,3 +281,33 @@ class MultiHeadDotProductAttention(nn.Module):
   def __call__(self, inputs_q, inputs_kv, bias, deterministic=True):
     key, value = self.project_kv(inputs_kv)
     return self.attend(inputs_q, key, value, bias, deterministic)
+
+  def attend_cached(self, inputs_q, key, value, bias):
+    """Decoding attention against a heads-major cache (no dropout).
+
+    Args:
+      inputs_q: `[batch, q, embed]`.
+      key, value: `[batch * heads, length, head_dim]`, the decode cache's layout
+        seen as 3-D (`DecoderCache` stores `[batch, heads, length, head_dim]`): the
+        attention dots read it as stored, with no per-call transpose or copy.
+      bias: broadcastable to `[batch, heads, q, length]`.
+    Returns:
+      `[batch, q, embed]`: the same function as `attend` on `[batch, length, heads,
+      head_dim]` keys/values, with the same dtype at every step (logits and softmax
+      in the activation dtype, float32 with `float32_logits`; T5X's cached decoding
+      attention). In bfloat16 the result of a k-query call can differ from k
+      one-query calls by bfloat16 rounding (XLA may block the dots differently per
+      shape); see README "bfloat16 numerics".
+    """
+    query = self.query(inputs_q)  # [b, q, h, d]
+    batch, q_len, heads, head_dim = query.shape
+    query = jnp.swapaxes(query, 1, 2).reshape(batch * heads, q_len, head_dim)
+    if self.float32_logits:
+      query, key = query.astype(jnp.float32), key.astype(jnp.float32)
+    weights = jnp.einsum('nqd,nkd->nqk', query, key)
+    bias = jnp.broadcast_to(bias, (batch, heads, q_len, key.shape[1]))
+    weights = weights + bias.reshape(weights.shape).astype(weights.dtype)
+    weights = jax.nn.softmax(weights).astype(self.dtype)
+    out = jnp.einsum('nqk,nkd->nqd', weights, value)
+    out = jnp.swapaxes(out.reshape(batch, heads, q_len, head_dim), 1, 2)
+    return self.out(out)

@@ -5,7 +5,7 @@ The param tree is exactly the one of T5X's `t5x/examples/t5/network.py`
 `decoder/{relpos_bias,layers_i,decoder_norm,logits_dense}`), so any T5X checkpoint
 of a T5 1.0 / 1.1 model loads unchanged.
 
-What differs from T5X is the decode cache (see `DecoderCache`): instead of T5X's
+What differs from T5X is the decode cache (`DecoderCache`, models/cache.py): instead of T5X's
 one-token-per-call cache with one shared index and additive writes, `decode_step`
 consumes k ≥ 1 tokens per row at per-row positions `lengths[b] … lengths[b]+k−1`,
 *overwriting* the cache there, and lets query i of row b see only keys at positions
@@ -16,7 +16,6 @@ therefore never read, and "rolling back" is simply not advancing `lengths`.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import flax
 import flax.linen as nn
@@ -25,45 +24,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax.models import layers
+from specdec_jax.models.cache import DecoderCache  # noqa: F401  (re-exported: t5.DecoderCache)
+from specdec_jax.models.cache import flat_heads as _flat_heads
+from specdec_jax.models.cache import write_rows as _write_rows
 from specdec_jax.models.config import T5Config
-
-
-@flax.struct.dataclass
-class DecoderCache:
-  """Per-input decoder state, batch-major in every leaf.
-
-  Attributes:
-    self_k, self_v: tuple over decoder layers of `[batch, max_length, heads, head_dim]`
-      self-attention keys/values (slot t holds decoder position t).
-    cross_k, cross_v: tuple over decoder layers of `[batch, enc_len, heads, head_dim]`
-      cross-attention keys/values, computed once from the encoder output.
-    cross_bias: `[batch, 1, 1, enc_len]` additive mask bias for encoder padding.
-  """
-  self_k: tuple
-  self_v: tuple
-  cross_k: tuple
-  cross_v: tuple
-  cross_bias: jax.Array
-
-  @property
-  def max_length(self) -> int:
-    """Number of decoder positions the cache holds (static)."""
-    return self.self_k[0].shape[1]
-
-  @property
-  def batch_size(self) -> int:
-    return self.self_k[0].shape[0]
-
-
-def _write_rows(cache, new, lengths):
-  """Overwrites `cache[b, lengths[b] + i] = new[b, i]`; out-of-range slots are dropped.
-
-  cache `[B, L, ...]`, new `[B, k, ...]`, lengths `[B]` int32.
-  """
-  batch, k = new.shape[:2]
-  pos = lengths[:, None] + jnp.arange(k, dtype=jnp.int32)[None, :]
-  rows = jnp.arange(batch, dtype=jnp.int32)[:, None]
-  return cache.at[rows, pos].set(new.astype(cache.dtype), mode='drop')
 
 
 class EncoderLayer(nn.Module):
@@ -154,17 +118,22 @@ class DecoderLayer(nn.Module):
     return self._rest(x, inputs, cross, deterministic)
 
   def cross_kv(self, encoded):
-    return self.encoder_decoder_attention.project_kv(encoded)
+    """Cross-attention keys/values `[batch, heads, enc_len, head_dim]` (cache layout)."""
+    k, v = self.encoder_decoder_attention.project_kv(encoded)
+    return jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2)
 
   def step(self, inputs, lengths, self_bias, k_cache, v_cache, cross_k, cross_v,
            cross_bias):
     """Cached layer on k new positions per row; returns (out, k_cache, v_cache)."""
     x = self.pre_self_attention_layer_norm(inputs)
     new_k, new_v = self.self_attention.project_kv(x)
-    k_cache = _write_rows(k_cache, new_k, lengths)
-    v_cache = _write_rows(v_cache, new_v, lengths)
-    x = self.self_attention.attend(x, k_cache, v_cache, self_bias)
-    cross = lambda h: self.encoder_decoder_attention.attend(h, cross_k, cross_v, cross_bias)
+    shape = k_cache.shape
+    k_flat = _write_rows(k_cache, new_k, lengths)
+    v_flat = _write_rows(v_cache, new_v, lengths)
+    x = self.self_attention.attend_cached(x, k_flat, v_flat, self_bias)
+    k_cache, v_cache = k_flat.reshape(shape), v_flat.reshape(shape)
+    cross = lambda h: self.encoder_decoder_attention.attend_cached(
+        h, _flat_heads(cross_k), _flat_heads(cross_v), cross_bias)
     return self._rest(x, inputs, cross, True), k_cache, v_cache
 
 
@@ -186,11 +155,17 @@ class Decoder(nn.Module):
           cfg.vocab_size, dtype=jnp.float32, kernel_axes=('embed', 'vocab'))
 
   def _logits(self, y, deterministic):
+    """Float32 logits `[..., vocab_size]` for decoder outputs `y` (activation dtype).
+
+    As T5X's `Decoder`: T5 1.1's `logits_dense` casts `y` to float32 and multiplies
+    by its float32 kernel; T5 1.0's tied layer multiplies `y` by the float32
+    embedding (float32 by type promotion) and divides by √emb_dim in float32.
+    """
     y = self.decoder_norm(y)
     y = self.dropout(y, deterministic=deterministic)
     if self.config.logits_via_embedding:
       # T5 1.0: tied output layer, decoder output scaled by 1/sqrt(emb_dim).
-      return self.shared_embedding.attend(y) / jnp.sqrt(y.shape[-1]).astype(y.dtype)
+      return self.shared_embedding.attend(y) / jnp.sqrt(y.shape[-1])
     return self.logits_dense(y)
 
   def __call__(self, encoded, encoder_input_tokens, decoder_input_tokens,
@@ -219,7 +194,7 @@ class Decoder(nn.Module):
   def init_cache(self, encoded, encoder_input_tokens, max_length):
     cfg = self.config
     batch = encoded.shape[0]
-    shape = (batch, max_length, cfg.num_heads, cfg.head_dim)
+    shape = (batch, cfg.num_heads, max_length, cfg.head_dim)
     cross = [layer.cross_kv(encoded) for layer in self.layers]
     zeros = tuple(jnp.zeros(shape, cfg.dtype) for _ in self.layers)
     return DecoderCache(

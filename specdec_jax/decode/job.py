@@ -1,0 +1,293 @@
+"""The decode job's gin configurable `decode` and its preparation (steps 1–4).
+
+Everything that can be checked is checked here, before any model is compiled:
+settings, output path, input file, the model pair (pair folder / `decode.*`
+bindings, or a T5X model gin), every gin binding used, vocabulary, inputs, and the
+checkpoints' shapes against the configs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from typing import Any, Optional
+
+import gin
+
+from specdec_jax import inputs as inputs_lib
+from specdec_jax.decode import pair as pair_lib
+from specdec_jax.decode import t5x_gin
+
+TRANSLATE_PREFIX = 'translate English to German: '
+METHODS = ('speculative', 'baseline')
+
+
+def register_configurables() -> None:
+  """Registers `network.T5Config` (T5X's name) and the dtype constants with gin, once
+  (through `specdec_jax.gin_utils`, the project's one place for T5X-name registrations)."""
+  from specdec_jax import gin_utils  # noqa: F401  pylint: disable=g-import-not-at-top
+
+
+# At import, so that gin files parsed by a library user can say @target/network.T5Config().
+register_configurables()
+
+
+@dataclasses.dataclass
+class Prepared:
+  """Everything `run_decode` needs: validated settings, loaded models and tokenized inputs.
+
+  `vocab` decodes the outputs (and gives EOS); `input_vocab` (default `vocab`)
+  tokenized the inputs.
+  """
+  settings: dict
+  pair: pair_lib.PairSpec
+  vocab: Any
+  examples: list
+  target_model: Any = None
+  target_params: Any = None
+  draft_model: Any = None
+  draft_params: Any = None
+  output_path: Optional[pathlib.Path] = None
+  input_vocab: Any = None
+
+  @property
+  def eos_id(self) -> int:
+    return self.pair.eos_id if self.pair.eos_id is not None else self.vocab.eos_id
+
+
+@gin.configurable(denylist=['prepare_only', 'check_bindings'])
+def decode(output_path: str = 'out/decode/predictions.jsonl',
+           # The model pair.
+           pair_dir: Optional[str] = pair_lib.DEMO_PAIR,
+           target_config: Any = None,
+           draft_config: Any = None,
+           target_checkpoint: Optional[str] = None,
+           draft_checkpoint: Optional[str] = None,
+           vocab_path: Optional[str] = None,
+           extra_ids: int = 100,
+           checkpoint_dtype: Optional[str] = None,
+           # Inputs.
+           input_path: Optional[str] = None,
+           input_format: str = 'auto',
+           input_field: str = 'inputs',
+           target_field: str = 'targets',
+           task_name: Optional[str] = None,
+           task_split: str = 'test',
+           max_examples: Optional[int] = None,
+           prefix: str = TRANSLATE_PREFIX,
+           max_input_len: int = 64,
+           on_long_input: str = 'truncate',
+           # Decoding.
+           method: str = 'speculative',
+           gamma: int = 4,
+           draft_policy=None,
+           temperature: float = 0.0,
+           topk: int = 0,
+           topp: float = 0.0,
+           batch_size: int = 8,
+           max_decode_len: int = 64,
+           seed: int = 0,
+           warmup: bool = True,
+           progress: Optional[bool] = None,
+           print_predictions: int = 10,
+           prepare_only: bool = False,
+           check_bindings: bool = False):
+  """Decodes the inputs with the model pair and writes JSONL + summary (see the package doc).
+
+  Args:
+    output_path: the JSONL to write (`<output_path>.summary.json` beside it).
+    pair_dir: a pair folder (`pair.json` with both T5Configs, `target/` and `draft/`
+      T5X checkpoints, `vocab/*.model`); a bare name is looked up under
+      `specdec_jax/assets/`. None: everything comes from the bindings below.
+    target_config, draft_config: T5Configs (`@target/network.T5Config()`), preset
+      names ('t5_1_1_xxl') or None (from `pair.json`).
+    target_checkpoint, draft_checkpoint: T5X checkpoints (folder of
+      `checkpoint_<step>/` → latest step, one such folder, or a msgpack file).
+    vocab_path: SentencePiece `.model` (or a folder holding one), used through
+      `seqio.SentencePieceVocabulary(path, extra_ids=extra_ids)`.
+    extra_ids: sentinel ids added to the vocabulary (T5: 100).
+    checkpoint_dtype: e.g. 'bfloat16' to cast params when loading (None: as stored).
+    input_path, input_format, input_field, target_field: see `specdec_jax.inputs`;
+      no input_path and no task_name → the built-in example sentences.
+    task_name, task_split, max_examples: a registered seqio task (e.g.
+      'specdec_ende_multi30k') and split; at most max_examples inputs.
+    prefix: prepended to every file input (not to seqio task inputs).
+    max_input_len: the fixed encoder length; longer inputs follow on_long_input
+      ('truncate': keep max_input_len − 1 tokens + EOS, warn once; 'error').
+    on_long_input: 'truncate' or 'error'.
+    method: 'speculative' or 'baseline' (T5X-style one-token-per-call decoding).
+    gamma: γ, draft tokens per round (any γ ≥ 1 works with any max_decode_len); with
+      an adaptive draft_policy, the most a row drafts in a round (γ_max).
+    draft_policy: the draft length per round: None / 'constant' (γ every round),
+      'heuristic', 'confidence', 'optimal', or `@specdec_jax.DraftPolicy()` with its
+      settings bound (`specdec_jax.DraftPolicy.threshold = 0.4`); see
+      `specdec_jax.policies`.
+    temperature, topk, topp: sampling (0 = greedy; at most one of topk / topp;
+      topp = 1 keeps every token).
+    batch_size: rows per call (the last batch is padded to it).
+    max_decode_len: decoded tokens per input at most.
+    seed: PRNG seed.
+    warmup: time a first call on the first batch separately as `compile_s`
+      (costs one extra batch of decoding); False: `run_s` includes compilation.
+    progress: tqdm bar on stderr (None: when stderr is a terminal and there is
+      more than one batch; SPECDEC_PROGRESS=1 / 0 overrides None).
+    print_predictions: print the first this many `input → prediction` pairs to
+      stdout before the summary (0: none).
+    prepare_only: stop after validation and loading and return the `Prepared`
+      job (not bindable; `main` uses it to report configuration errors cleanly).
+    check_bindings: (not bindable) raise ValueError for any gin binding the job does
+      not use (`t5x_gin.check_all_bindings_used`); `main` and `run` set it.
+  Returns:
+    The summary dict (or the `Prepared` job with prepare_only).
+  """
+  settings = dict(
+      output_path=output_path, pair_dir=pair_dir, extra_ids=extra_ids,
+      checkpoint_dtype=checkpoint_dtype, input_path=input_path, input_format=input_format,
+      input_field=input_field, target_field=target_field, task_name=task_name,
+      task_split=task_split, max_examples=max_examples, prefix=prefix,
+      max_input_len=max_input_len, on_long_input=on_long_input, method=method, gamma=gamma,
+      draft_policy=draft_policy,
+      temperature=temperature, topk=topk, topp=topp, batch_size=batch_size,
+      max_decode_len=max_decode_len, seed=seed, warmup=warmup, progress=progress,
+      print_predictions=print_predictions)
+  prepared = prepare(settings, target_config=target_config, draft_config=draft_config,
+                     target_checkpoint=target_checkpoint, draft_checkpoint=draft_checkpoint,
+                     vocab_path=vocab_path, check_bindings=check_bindings)
+  if prepare_only:
+    return prepared
+  from specdec_jax.decode import outputs  # pylint: disable=g-import-not-at-top
+  return outputs.run_decode(prepared)
+
+
+def _validate_settings(s: dict) -> None:
+  from specdec_jax import sampling  # pylint: disable=g-import-not-at-top
+  if s['method'] not in METHODS:
+    raise ValueError(f"decode.method must be one of {METHODS}, got {s['method']!r}.")
+  for key, low in (('gamma', 1), ('batch_size', 1), ('max_decode_len', 1),
+                   ('max_input_len', 2), ('extra_ids', 0), ('print_predictions', 0)):
+    v = s[key]
+    if not isinstance(v, int) or isinstance(v, bool) or v < low:
+      raise ValueError(f'decode.{key} must be an int >= {low}, got {v!r}.')
+  if not isinstance(s['seed'], int) or isinstance(s['seed'], bool):
+    raise ValueError(f"decode.seed must be an int, got {s['seed']!r}.")
+  if not isinstance(s['temperature'], (int, float)) or isinstance(s['temperature'], bool):
+    raise ValueError(f"decode.temperature must be a number, got {s['temperature']!r}.")
+  try:
+    sampling.validate_sampling_args(s['temperature'], s['topk'], s['topp'])
+  except ValueError as e:
+    raise ValueError(f'decode: {e}') from e
+  from specdec_jax import policies  # pylint: disable=g-import-not-at-top
+  try:
+    s['draft_policy'] = policies.as_policy(s.get('draft_policy'))
+  except ValueError as e:
+    raise ValueError(f'decode.draft_policy: {e}') from e
+  if s['on_long_input'] not in inputs_lib.ON_LONG_INPUT:
+    raise ValueError(f'decode.on_long_input must be one of {inputs_lib.ON_LONG_INPUT}, '
+                     f"got {s['on_long_input']!r}.")
+  if s['input_format'] not in inputs_lib.FORMATS:
+    raise ValueError(f'decode.input_format must be one of {inputs_lib.FORMATS}, '
+                     f"got {s['input_format']!r}.")
+
+
+def check_output_path(output_path: str) -> pathlib.Path:
+  """The output path as a Path; ValueError unless its folder is (or can be made) writable."""
+  if not output_path:
+    raise ValueError("Bind decode.output_path='out/predictions.jsonl' (the JSONL to write).")
+  p = pathlib.Path(output_path).expanduser()
+  if p.is_dir():
+    raise ValueError(f'decode.output_path {str(p)!r} is a folder; name a .jsonl file.')
+  ancestor = p.parent
+  while not ancestor.exists():
+    ancestor = ancestor.parent
+  if not ancestor.is_dir() or not os.access(ancestor, os.W_OK):
+    raise ValueError(f'Cannot write decode.output_path {str(p)!r}: {str(ancestor)!r} is not '
+                     'a writable folder.')
+  return p
+
+
+def _resolve_model(s: dict, *, target_config, draft_config, target_checkpoint,
+                   draft_checkpoint, vocab_path, need_draft: bool):
+  """(PairSpec, extra used bindings, T5X model gin or None); updates `s` from a T5X gin."""
+  if t5x_gin.has_model_gin():
+    m = t5x_gin.read_model_gin()
+    s.update(gamma=m.gamma, temperature=m.temperature, topk=m.topk, topp=m.topp,
+             method=m.method, pair_dir=None)
+    _validate_settings(s)  # The model's values, checked as the job's own.
+    used = [('CHECKPOINT_PATH', 'gin.macro', 'value'), ('DRAFT_CHECKPOINT', 'gin.macro', 'value')]
+    return m.pair, used, m
+  pair = pair_lib.resolve_pair(
+      s['pair_dir'], target_config=target_config, draft_config=draft_config,
+      target_checkpoint=target_checkpoint, draft_checkpoint=draft_checkpoint,
+      vocab_path=vocab_path, need_draft=need_draft)
+  return pair, [], None
+
+
+def prepare(settings: dict, *, target_config=None, draft_config=None, target_checkpoint=None,
+            draft_checkpoint=None, vocab_path=None, load_models: bool = True,
+            check_bindings: bool = False) -> Prepared:
+  """Steps 2–4 of the job: validate, read inputs, load checkpoints (nothing compiled)."""
+  s = dict(settings)
+  _validate_settings(s)
+  output = check_output_path(s['output_path'])
+  # Input files are checked first: a typo there should not wait for anything else.
+  if s['input_path'] and not s['task_name']:
+    inputs_lib.check_input_file(s['input_path'])
+  pair, used, t5x_model = _resolve_model(
+      s, target_config=target_config, draft_config=draft_config,
+      target_checkpoint=target_checkpoint, draft_checkpoint=draft_checkpoint,
+      vocab_path=vocab_path, need_draft=s['method'] == 'speculative')
+  need_draft = s['method'] == 'speculative'
+  if check_bindings:
+    t5x_gin.check_all_bindings_used(used, t5x_model=t5x_model is not None)
+  if pair.target_config is None:
+    raise ValueError('No target model config: bind decode.target_config = '
+                     '@target/network.T5Config() (and target/network.T5Config.* sizes), or '
+                     'decode.pair_dir to a folder with pair.json.')
+  if need_draft and pair.draft_config is None:
+    raise ValueError('No draft model config: bind decode.draft_config = '
+                     '@draft/network.T5Config(), or decode.pair_dir.')
+  binding = (lambda role: 'CHECKPOINT_PATH' if role == 'target' else 'DRAFT_CHECKPOINT') if (
+      t5x_model) else (lambda role: f'decode.{role}_checkpoint')
+  pair_lib.check_checkpoint(pair.target_checkpoint, 'target', binding('target'))
+  if need_draft:
+    pair_lib.check_checkpoint(pair.draft_checkpoint, 'draft', binding('draft'))
+  dtype = pair_lib._dtype(s['checkpoint_dtype'])  # pylint: disable=protected-access
+  vocab = pair.vocabulary or pair_lib.load_vocabulary(pair.vocab_path, s['extra_ids'])
+  input_vocab = pair.input_vocabulary or vocab
+  configs = [('target', pair.target_config)] + ([('draft', pair.draft_config)]
+                                               if need_draft else [])
+  for role, cfg in configs:
+    if vocab.vocab_size > cfg.vocab_size:
+      raise ValueError(f'The vocabulary ({vocab.vocab_size} ids with extra_ids) is larger than '
+                       f'the {role} model\'s vocab_size={cfg.vocab_size}; wrong '
+                       'decode.vocab_path or T5Config?')
+  records = inputs_lib.read_records(
+      s['input_path'], task_name=s['task_name'], task_split=s['task_split'],
+      max_examples=s['max_examples'], input_format=s['input_format'],
+      input_field=s['input_field'], target_field=s['target_field'])
+  examples = inputs_lib.tokenize(records, input_vocab, prefix=s['prefix'],
+                                 max_input_len=s['max_input_len'],
+                                 on_long_input=s['on_long_input'])
+  prepared = Prepared(s, pair, vocab, examples, output_path=output, input_vocab=input_vocab)
+  if load_models:
+    _load_models(prepared, configs, dtype, binding)
+  return prepared
+
+
+def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
+  from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
+  pair = prepared.pair
+  for role, cfg in configs:
+    path = getattr(pair, f'{role}_checkpoint')
+    role_dtype = pair.draft_dtype if role == 'draft' and pair.draft_dtype is not None else dtype
+    try:
+      params = checkpoints.load_t5x_checkpoint(path, cfg, dtype=role_dtype)
+      t5.check_params(params, cfg)
+    except ValueError as e:
+      what = 'decode.' + role + '_config' if binding(role).startswith('decode.') else (
+          'the T5X model gin\'s ' + ('module' if role == 'target' else 'draft_module'))
+      raise ValueError(f'{binding(role)} {path!r} does not fit {what}: {e}') from e
+    setattr(prepared, f'{role}_model', t5.Transformer(cfg))
+    setattr(prepared, f'{role}_params', params)

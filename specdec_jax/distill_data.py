@@ -1,0 +1,128 @@
+r"""Sequence-level distillation data: a trained target's greedy translations of a split.
+
+    python -m specdec_jax.distill_data --gin_file=configs/train/distill_data.gin
+
+Translates every source sentence of `split` (e.g. all 29,000 Multi30K training
+sources) greedily with the target of `target_run` (the project's own baseline
+decoder, `generate.t5_generate`, batched and length-sorted) and writes the output
+token ids, one line per source in split order, space-separated, EOS excluded, to
+`output_path` (atomically). `train.targets_path` then trains a draft on these
+sequences instead of the gold German (Kim & Rush 2016; DistillSpec, Zhou et al. 2024):
+the draft learns the target's own outputs, which is what it must predict while
+decoding. A summary (counts, mean length, outputs that hit `max_decode_len`,
+seconds) goes to `<output_path>.summary.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+from typing import Optional, Sequence
+
+import gin
+
+from specdec_jax import data as data_lib
+from specdec_jax import flags
+from specdec_jax import gin_utils  # noqa: F401  pylint: disable=unused-import
+from specdec_jax import train as train_lib  # registers `train` before gin is locked
+from specdec_jax import vocabulary
+
+
+def _write_atomic(path: pathlib.Path, text: str) -> None:
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + '.', suffix='.tmp')
+  try:
+    with os.fdopen(fd, 'w', encoding='utf-8') as f:
+      f.write(text)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o666 & ~mask)
+    os.replace(tmp, path)
+  except BaseException:
+    pathlib.Path(tmp).unlink(missing_ok=True)
+    raise
+
+
+def distill_data(target_run: str = gin.REQUIRED,
+                 output_path: str = gin.REQUIRED,
+                 split: str = 'ende/multi30k/train',
+                 vocab_path: str = 'specdec_jax/assets/demo_ende/vocab/ende8k.model',
+                 data_dir: Optional[str] = None,
+                 batch_size: int = 128,
+                 max_decode_len: int = 64,
+                 limit: Optional[int] = None) -> dict:
+  """Writes the greedy outputs of `target_run`'s model for every source of `split`.
+
+  Args:
+    target_run: a finished training run dir (`config.json`, `params.msgpack`).
+    output_path: the token-id file to write (`train.targets_path` reads it).
+    split: shared-data split whose `.en` side is translated.
+    vocab_path: the SentencePiece model (the task prefix is added as in training).
+    batch_size: rows per decoder call (sentences sorted by length).
+    max_decode_len: decode length; outputs that reach it are counted in the summary.
+    limit: translate only the first `limit` sources (tests).
+  Returns:
+    the summary dict (also written to `<output_path>.summary.json`).
+  Raises:
+    FileNotFoundError: `target_run` lacks its params or config.
+  """
+  from specdec_jax import evaluation  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
+  run = pathlib.Path(target_run)
+  for name in ('config.json', 'params.msgpack'):
+    if not (run / name).is_file():
+      raise FileNotFoundError(f'distill_data.target_run={target_run!r} has no {name}: train '
+                              'the target first (python -m specdec_jax.train ...).')
+  t0 = time.time()
+  config, params = train_lib.load_run(run)
+  model = t5.Transformer(config.replace(dropout_rate=0.0))
+  processor = vocabulary.load_processor(vocab_path)
+  sources, _ = data_lib.read_parallel(split, data_dir, limit=limit)
+  inputs = data_lib.encode_inputs(processor, sources)
+  ids: list = [None] * len(inputs)
+  hit_max = 0
+  for idx, decodes in evaluation.greedy_batches(model, params, inputs, batch_size=batch_size,
+                                                max_decode_len=max_decode_len):
+    for i, row in zip(idx, decodes):
+      ids[i] = evaluation.ids_until_eos(row)
+      hit_max += int(len(ids[i]) >= max_decode_len)
+  out = pathlib.Path(output_path)
+  _write_atomic(out, ''.join(' '.join(map(str, x)) + '\n' for x in ids))
+  summary = dict(target_run=str(target_run), split=split, sentences=len(ids),
+                 mean_tokens=sum(len(x) for x in ids) / max(len(ids), 1),
+                 reached_max_decode_len=hit_max, max_decode_len=max_decode_len,
+                 decoder='generate.t5_generate (greedy)', seconds=round(time.time() - t0, 1),
+                 output_path=str(out))
+  _write_atomic(out.with_name(out.name + '.summary.json'), json.dumps(summary, indent=2))
+  print(json.dumps(summary), flush=True)
+  return summary
+
+
+# Registered under `distill_data` only in the imported module: under `python -m` this file
+# also runs as `__main__`, and two registrations would make the selector ambiguous.
+if __name__ != '__main__':
+  distill_data = gin.configurable(distill_data)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  """Command-line entry point (`flags.run_cli`): 0 done, 2 a configuration error."""
+  f = flags.parse_gin_flags(
+      sys.argv[1:] if argv is None else argv, 'python -m specdec_jax.distill_data',
+      "A target's greedy translations of a split (sequence-level distillation data).",
+      '--gin.distill_data.limit=100',
+      examples=('python -m specdec_jax.distill_data --gin_file=configs/train/distill_data.gin',),
+      parameters=flags.parameters_help(distill_data, 'distill_data'))
+  return flags.run_cli(
+      f, 'specdec_jax.distill_data',
+      parse=lambda: flags.parse_gin(f.gin_files, f.bindings, f.search_paths),
+      configure=lambda: distill_data(),  # pylint: disable=unnecessary-lambda
+      config_errors=(ValueError, FileNotFoundError))
+
+
+if __name__ == '__main__':
+  from specdec_jax import distill_data as _module  # pylint: disable=g-import-not-at-top
+  sys.exit(_module.main())

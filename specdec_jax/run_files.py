@@ -1,0 +1,93 @@
+"""The files of a training run: `config.json`, `params.msgpack`, `train_state_<step>.msgpack`.
+
+Used by `specdec_jax.train` (writes and resumes them) and by everything that reads a
+finished run (`load_run`: scripts/export_demo.py, scripts/eval_bleu.py, distillation).
+All writes go to a temporary file first and are renamed into place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specdec_jax.models.config import T5Config
+
+
+# ---------------------------------------------------------------------------- config io
+
+def config_to_dict(config: T5Config) -> dict[str, Any]:
+  d = dataclasses.asdict(config)
+  d['dtype'] = jnp.dtype(config.dtype).name
+  d['mlp_activations'] = list(config.mlp_activations)
+  return d
+
+
+def config_from_dict(d: dict[str, Any]) -> T5Config:
+  d = dict(d)
+  d['dtype'] = jnp.dtype(d.get('dtype', 'float32')).type
+  d['mlp_activations'] = tuple(d['mlp_activations'])
+  return T5Config(**d)
+
+
+def param_count(params) -> int:
+  return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params)))
+
+
+def save_params(params, path: str | os.PathLike) -> None:
+  path = pathlib.Path(path)
+  tmp = path.with_name(path.name + '.tmp')
+  tmp.write_bytes(flax.serialization.msgpack_serialize(jax.device_get(params)))
+  os.replace(tmp, path)
+
+
+def load_params(path: str | os.PathLike):
+  return flax.serialization.msgpack_restore(pathlib.Path(path).read_bytes())
+
+
+def load_run(run_dir: str | os.PathLike):
+  """(T5Config, float32 params) of a finished run dir (`config.json`, `params.msgpack`)."""
+  run_dir = pathlib.Path(run_dir)
+  config = config_from_dict(json.loads((run_dir / 'config.json').read_text()))
+  return config, load_params(run_dir / 'params.msgpack')
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+def _checkpoints(run_dir: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
+  found = []
+  for p in run_dir.glob('train_state_*.msgpack'):
+    try:
+      found.append((int(p.stem.split('_')[-1]), p))
+    except ValueError:
+      pass
+  return sorted(found)
+
+
+def save_train_state(run_dir: pathlib.Path, state, position: dict, keep: int):
+  """Writes `train_state_<step>.msgpack` (state + data position); keeps the newest `keep`."""
+  step = int(state.step)
+  blob = {'state': flax.serialization.to_state_dict(jax.device_get(state)), 'position': position}
+  path = run_dir / f'train_state_{step}.msgpack'
+  tmp = path.with_name(path.name + '.tmp')
+  tmp.write_bytes(flax.serialization.msgpack_serialize(blob))
+  os.replace(tmp, path)
+  for _, old in _checkpoints(run_dir)[:-keep]:
+    old.unlink(missing_ok=True)
+
+
+def restore_train_state(run_dir: pathlib.Path, template):
+  """(state like `template`, data position) from the newest train_state file, or None."""
+  ckpts = _checkpoints(run_dir)
+  if not ckpts:
+    return None
+  blob = flax.serialization.msgpack_restore(ckpts[-1][1].read_bytes())
+  state = flax.serialization.from_state_dict(template, blob['state'])
+  return state, {k: int(v) for k, v in blob['position'].items()}
