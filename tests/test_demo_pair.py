@@ -2,10 +2,12 @@
 
 Decodes the first 20 sentences of Multi30K test_2016 (seqio task
 `specdec_ende_multi30k`, split `test`) with the demo pair, greedily, speculatively
-(γ = 4) and with the baseline: the predictions must be identical, the draft's α
-(Σ min(p, q) over scored positions, one-hot p and q at temperature 0) must exceed 0.5,
-and corpus BLEU must be at least BLEU_FLOOR (the target scores 13.6 on the first 500
-sentences; see specdec_jax/assets/demo_ende/MODEL_CARD.md).
+(γ = 4) and with the baseline: the predictions must be identical, and the floors hold.
+Measured on the shipped v2 pair (specdec_jax/assets/demo_ende/MODEL_CARD.md): BLEU 24.7
+on these 20 sentences (18.6 on all 1,000), α 0.75 (Σ min(p, q) over scored positions,
+one-hot p and q at temperature 0; 0.749 on all 1,000), 2.72 tokens per target call. The
+floors leave margins of about 20 % (BLEU), 0.07 (α) and 0.4 (tokens per call): a broken
+draft (α ≈ 0) or a target that no longer translates fails them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import pytest
 
 from specdec_jax import decode, paths
 
-BLEU_FLOOR = 5.0
+BLEU_FLOOR = 20.0
+ALPHA_FLOOR = 0.68
+TOKENS_PER_CALL_FLOOR = 2.3
 DEMO = paths.ASSETS_DIR / 'demo_ende'
 
 pytestmark = [
@@ -43,7 +47,7 @@ def test_demo_pair_on_multi30k(tmp_path):
   assert len(spec_rows) == len(base_rows) == 20
   assert [r['prediction'] for r in spec_rows] == [r['prediction'] for r in base_rows]
   assert [r['tokens'] for r in spec_rows] == [r['tokens'] for r in base_rows]
-  assert spec['alpha'] > 0.5, spec
+  assert spec['alpha'] >= ALPHA_FLOOR, spec
   assert spec['bleu'] >= BLEU_FLOOR, spec
   assert spec['bleu'] == pytest.approx(base['bleu'])
-  assert spec['tokens_per_target_call'] > 1.0
+  assert spec['tokens_per_target_call'] >= TOKENS_PER_CALL_FLOOR, spec
