@@ -35,3 +35,23 @@ class Pair:
 @pytest.fixture(scope='session')
 def pair():
   return Pair()
+
+
+_SEEN = {'module': None, 'tests': 0}
+
+
+@pytest.fixture(autouse=True)
+def _bounded_compilation_caches(request):
+  """Drops JAX's compiled programs at each new test module and every 20 tests.
+
+  Every XLA:CPU executable keeps memory mappings of its code; hundreds of them in one
+  process (this suite compiles several hundred) crashed the compiler with a segfault
+  inside `backend_compile_and_load` at `vm.max_map_count` = 65530 here. Recompiling
+  what a later test needs costs seconds; a crash costs the run.
+  """
+  module = request.node.module.__name__
+  _SEEN['tests'] += 1
+  if module != _SEEN['module'] or _SEEN['tests'] % 20 == 0:
+    jax.clear_caches()
+    _SEEN['module'] = module
+  yield
