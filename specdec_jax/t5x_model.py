@@ -140,7 +140,10 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
           'specdec_jax.t5x_decoding.temperature_sample (gin: '
           '@specdec_jax.t5x_decoding.temperature_sample).')
     gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
-    draft_policy = policies.as_policy(draft_policy)
+    try:
+      draft_policy = policies.as_policy(draft_policy)
+    except ValueError as e:
+      raise ValueError(f'draft_policy: {e}') from e
     sampling.validate_sampling_args(temperature, topk, topp)
     if eos_id is None:
       eos_id = getattr(output_vocabulary, 'eos_id', None) or 1
