@@ -2,7 +2,7 @@
 # The GPU (or TPU) rows of BENCHMARKS.md in one call on a lent accelerator, in ≤ 8 minutes:
 # every phase's cost (c, v(γ), encoders, loop work) and baseline vs speculative decoding of
 # the demo pair on Multi30K test_2016 (20 sentences, γ 1–5, T 0 and 1, batch 1 and 8,
-# 3 repeats), with the adaptive draft-length policies at batch 1.
+# 3 repeats), with the adaptive draft-length policies at batch 1 and 8.
 #
 # Prepare on this machine (once; .gpu/ is ignored by git, never committed):
 #   echo /.gpu/ >> .git/info/exclude

@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax import benchmark
+from specdec_jax.bench import costs as costs_lib
+from specdec_jax.bench.runner import Models
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
 
@@ -118,9 +119,8 @@ def main():
     row = dict(name=name, params=int(sum(x.size for x in jax.tree_util.tree_leaves(params))),
                decoder_params=decoder_params(cfg), decoder_macs=decoder_macs(cfg))
     for dname, dcfg in drafts.items():
-      models = benchmark.Models(t5.Transformer(cfg), params, t5.Transformer(dcfg),
-                                draft_params[dname])
-      costs = benchmark.step_costs(models, tokens, 64, [1, 2, 3, 4], args.iters)
+      models = Models(t5.Transformer(cfg), params, t5.Transformer(dcfg), draft_params[dname])
+      costs = costs_lib.step_costs(models, tokens, 64, [1, 2, 3, 4], args.iters)
       row['step_ms'] = 1e3 * costs['target_step_s']['1']
       row['v'] = {g: round(v, 3) for g, v in costs['v'].items()}
       row[f'c[{dname}]'] = round(costs['c'], 3)

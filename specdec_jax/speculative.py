@@ -139,11 +139,13 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
   policy = policies.as_policy(draft_policy)
   policies.check_costs(policy.verify_costs(gamma), gamma)
   batch, max_decode_len = inputs.shape
+  need = max(max_decode_len, gamma + 1)  # a verify call writes γ + 1 positions
   for name, c in (('target_cache', target_cache), ('draft_cache', draft_cache)):
     length = getattr(c, 'max_length', None)
-    if length is not None and length < max_decode_len:
-      raise ValueError(f'{name} holds {length} positions but max_decode_len is '
-                       f'{max_decode_len}; build it with max_length >= {max_decode_len}.')
+    if length is not None and length < need:
+      raise ValueError(f'{name} holds {length} positions but max(max_decode_len, γ + 1) is '
+                       f'{need}; build it with max_length >= {need} '
+                       '(generate.cache_length(max_decode_len, gamma)).')
 
   static_greedy = sampling.is_static_greedy(temperature)
   if isinstance(temperature, (int, float)) and not static_greedy:
@@ -178,8 +180,8 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
       round_keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, s.round),
                                                        gamma + 2))(keys)
     n_drafted = jnp.clip(limit - s.n - 1, 0, gamma)
-    if policy.adaptive:
-      n_drafted = jnp.minimum(n_drafted, s.budget)
+    if policy.adaptive:  # finished rows draft nothing, so the nested draft loop ends early
+      n_drafted = jnp.where(active, jnp.minimum(n_drafted, s.budget), 0)
     if prompt_free:
       forced = None
     else:

@@ -113,9 +113,8 @@ def mark_best(rows, base: Runner, specs, costs) -> None:
   predicted = {}
   for spec in specs:
     units = units_for(costs, base.batches, rows[0]['temperature'], spec.gamma)
-    pb = costs_lib.predict(base.row_tokens, gamma=spec.gamma, alpha=alpha, units=units)
-    ps = costs_lib.predict(base.row_tokens, gamma=spec.gamma, alpha=alpha, units=units)
-    predicted[spec.gamma] = pb['baseline_units'] / ps['speculative_units']
+    p = costs_lib.predict(base.row_tokens, gamma=spec.gamma, alpha=alpha, units=units)
+    predicted[spec.gamma] = p['baseline_units'] / p['speculative_units']
   best = max(rows, key=lambda x: x['speedup'])['gamma']
   pbest = costs_lib.best_gamma(predicted)
   for row in rows:
