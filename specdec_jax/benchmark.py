@@ -166,6 +166,8 @@ def benchmark(output_dir: str = 'out/benchmark',
               hf_num_assistant_tokens: Optional[int] = None,
               policies: Sequence[str] = (),
               confidence_threshold: float = 0.5,
+              mesh_shape=None,
+              draft_sharding: str = 'replicated',
               quick: bool = False) -> dict:
   """Runs the benchmark (see the module docstring); returns the results dict.
 
@@ -177,6 +179,11 @@ def benchmark(output_dir: str = 'out/benchmark',
   ('heuristic', 'confidence' with `confidence_threshold`, 'optimal' with the costs
   c, v(γ), a measured in this run) at γ_max = max(gammas); their rows carry
   `policy` and the mean draft length per round, and no cost-model prediction.
+
+  `mesh_shape` `(data, model)` runs every decode (and the cost measurement) on that
+  device mesh (`specdec_jax.sharding`, `draft_sharding` as the decode job's); the HF
+  peer is then skipped. On CPU with simulated devices this is a functional check,
+  not a speed claim.
 
   Raises:
     BenchmarkConfigError: before loading anything, for a setting out of range (it
@@ -200,12 +207,20 @@ def benchmark(output_dir: str = 'out/benchmark',
                   repeats=repeats, hf_peer=hf_peer, step_timing_iters=step_timing_iters)
   if quick:
     settings.update(QUICK)
+  from specdec_jax import sharding  # pylint: disable=g-import-not-at-top
+  try:
+    plan = sharding.plan_from(mesh_shape, draft_sharding=draft_sharding)
+  except ValueError as e:
+    raise BenchmarkConfigError(f'benchmark.mesh_shape / draft_sharding: {e}') from e
+  if plan is not None:
+    settings['hf_peer'] = False
   s = settings
   out_dir = pathlib.Path(output_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
   t_start = time.perf_counter()
   pair, vocab, models = load_pair(pair_dir, target_config, draft_config, target_checkpoint,
-                                  draft_checkpoint, vocab_path, extra_ids, checkpoint_dtype)
+                                  draft_checkpoint, vocab_path, extra_ids, checkpoint_dtype,
+                                  plan)
   eos = vocab.eos_id
   data = []
   for name, path in datasets:
@@ -224,7 +239,10 @@ def benchmark(output_dir: str = 'out/benchmark',
                 target_checkpoint=pair.target_checkpoint,
                 draft_checkpoint=pair.draft_checkpoint),
       machine=machine(), settings_results=[], policy_results=[], step_costs={},
-      hf_peer=None)
+      hf_peer=None, sharding=None if plan is None else dict(
+          plan.describe(),
+          target_param_bytes=sharding.per_device_bytes(models.target_params),
+          draft_param_bytes=sharding.per_device_bytes(models.draft_params)))
 
   jax_greedy = {}
   for bs in s['batch_sizes']:
@@ -241,7 +259,7 @@ def benchmark(output_dir: str = 'out/benchmark',
       for dname, _, examples in data:
         batches = list(inputs_lib.batches(examples, bs, max_input_len, input_length_buckets))
         common = dict(temperature=float(temp), max_decode_len=max_decode_len, eos_id=eos,
-                      seed=seed, real_vocab_size=vocab.vocab_size)
+                      seed=seed, real_vocab_size=vocab.vocab_size, plan=plan)
         base = Runner(models, batches, method='baseline', gamma=None, **common)
         specs = [Runner(models, batches, method='speculative', gamma=g, **common)
                  for g in s['gammas']]

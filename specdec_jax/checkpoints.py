@@ -31,6 +31,7 @@ from typing import Any, Mapping
 
 import jax
 
+from specdec_jax.checkpoint import tree as tree_lib
 from specdec_jax.checkpoint.legacy import read_msgpack
 from specdec_jax.checkpoint.locations import find_checkpoint
 from specdec_jax.checkpoint.orbax_read import read_orbax
@@ -103,7 +104,10 @@ def load_t5x_checkpoint(path: str | os.PathLike, config: T5Config | None = None,
       array data is read; Orbax: names before, shapes once read).
     dtype: optional dtype (e.g. `jnp.bfloat16`) floating params are cast to.
     shardings: optional `jax.sharding.Sharding`, or a tree of them matching the
-      params; the host arrays read are then placed with `jax.device_put`.
+      params (`sharding.ShardingPlan.param_shardings`): every array is then restored
+      straight into its sharding, each device's shard read on its own (legacy:
+      TensorStore slices; Orbax: its `ArrayRestoreArgs`), so a process reads only the
+      shards its devices hold and never a full host copy.
     restore_step: which step to load under a model directory.
   Returns:
     The params as a nested dict like `t5.init_params` gives: numpy arrays
@@ -116,13 +120,34 @@ def load_t5x_checkpoint(path: str | os.PathLike, config: T5Config | None = None,
       array and every shape mismatch (T5X '/' names, both shapes) with hints.
   """
   kind, location = find_checkpoint(path, restore_step)
+  sharding_of = _sharding_lookup(shardings)
   try:
     if kind == 'orbax':
-      params = read_orbax(location, 'target', dtype=dtype, config=config)
+      params = read_orbax(location, 'target', dtype=dtype, config=config,
+                          sharding_of=sharding_of)
     else:
-      params = read_msgpack(location, 'target', dtype=dtype, config=config)
+      params = read_msgpack(location, 'target', dtype=dtype, config=config,
+                            sharding_of=sharding_of)
   except KeyError as e:
     raise ValueError(f'The checkpoint at {location!r} holds no params (`target`): {e}') from e
-  if shardings is not None:
-    params = jax.device_put(params, shardings)
   return params
+
+
+def _sharding_lookup(shardings):
+  """`path tuple -> Sharding` for one sharding or a nested-dict tree of them (None: None).
+
+  Raises:
+    ValueError: (at lookup) the tree has no sharding for a param, naming it.
+  """
+  if shardings is None:
+    return None
+  if isinstance(shardings, jax.sharding.Sharding):
+    return lambda path: shardings
+  flat = dict(tree_lib.flatten(shardings))
+
+  def lookup(path):
+    if path not in flat:
+      raise ValueError(f'shardings has no entry for param {"/".join(path)!r}; pass a tree '
+                       'matching the params (ShardingPlan.param_shardings(config)).')
+    return flat[path]
+  return lookup

@@ -40,11 +40,14 @@ def _check_tokens(encoder_input_tokens, max_decode_len):
 
 @functools.partial(jax.jit, static_argnames=(
     'model', 'max_decode_len', 'eos_id', 'num_decodes', 'topk', 'topp', 'static_temperature',
-    'max_decode_steps', 'rescale_log_probs', 'prompt_free', 'per_row_greedy'))
+    'max_decode_steps', 'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'sharding_plan'))
 def _generate(model, params, encoder_input_tokens, decoder_prompt, decode_rng, temperature,
               *, topp, max_decode_len, eos_id, num_decodes, topk, static_temperature,
-              max_decode_steps, rescale_log_probs, prompt_free=False, per_row_greedy=True):
+              max_decode_steps, rescale_log_probs, prompt_free=False, per_row_greedy=True,
+              sharding_plan=None):
   cache = t5.encode_and_init_cache(model, params, encoder_input_tokens, max_decode_len)
+  if sharding_plan is not None:
+    cache = sharding_plan.constrain_cache(cache)
   return decoding.temperature_sample(
       decoder_prompt, cache,
       decoding.tokens_to_logits_from_step_fn(t5.make_step_fn(model, params)), eos_id,
@@ -93,7 +96,8 @@ def _check_topk(topk, model) -> int:
 def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_len: int,
                 *, eos_id: int = 1, temperature=0.0, topk: int = 0, topp: float = 0.0,
                 num_decodes: int = 1, decode_rng=None, decoder_prompt=None,
-                max_decode_steps: Optional[int] = None, rescale_log_probs: bool = True):
+                max_decode_steps: Optional[int] = None, rescale_log_probs: bool = True,
+                sharding_plan=None):
   """Baseline decoding: encoder once, then one target call per token (T5X's loop).
 
   Args:
@@ -101,6 +105,11 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
     encoder_input_tokens: int32 `[batch, enc_len]` (0 = padding).
     max_decode_len: decoded length (static).
     decoder_prompt: optional int32 `[batch, max_decode_len]` forced prefix tokens.
+    sharding_plan: optional `specdec_jax.sharding.ShardingPlan`: decode on its mesh
+      (params placed from their logical axes, the batch padded to the data axis and
+      split over it, caches pinned to `('batch', 'heads', …)`); the outputs are then
+      host numpy arrays of the real rows, gathered from all processes
+      (`specdec_jax.sharding.decode`).
     Other arguments as `decoding.temperature_sample` (note topk defaults to 0 here).
   Returns:
     `(decodes [batch, num_decodes, max_decode_len], log_probs [batch, num_decodes])`.
@@ -111,31 +120,38 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
                          eos_id, num_decodes, temperature, topk, topp, max_decode_steps)
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)
-  return _generate(model, params, jnp.asarray(encoder_input_tokens, jnp.int32),
-                   _prompt(encoder_input_tokens, max_decode_len, decoder_prompt),
-                   decode_rng, jnp.asarray(temperature, jnp.float32), topp=float(topp),
-                   max_decode_len=max_decode_len, eos_id=eos_id, num_decodes=num_decodes,
-                   topk=topk, static_temperature=_static_temperature(temperature),
-                   max_decode_steps=max_decode_steps, rescale_log_probs=rescale_log_probs,
-                   prompt_free=decoder_prompt is None,
-                   per_row_greedy=_per_row_greedy(temperature))
+  static = dict(topp=float(topp), max_decode_len=max_decode_len, eos_id=eos_id,
+                num_decodes=num_decodes, topk=topk,
+                static_temperature=_static_temperature(temperature),
+                max_decode_steps=max_decode_steps, rescale_log_probs=rescale_log_probs,
+                prompt_free=decoder_prompt is None, per_row_greedy=_per_row_greedy(temperature))
+  prompt = _prompt(encoder_input_tokens, max_decode_len, decoder_prompt)
+  if sharding_plan is not None:
+    from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top
+    return sharded.generate(_generate, sharding_plan, model, params, encoder_input_tokens,
+                            prompt, decode_rng, temperature, static)
+  return _generate(model, params, jnp.asarray(encoder_input_tokens, jnp.int32), prompt,
+                   decode_rng, jnp.asarray(temperature, jnp.float32), **static)
 
 
 @functools.partial(jax.jit, static_argnames=(
     'target_model', 'draft_model', 'max_decode_len', 'gamma', 'eos_id', 'num_decodes',
     'topk', 'topp', 'static_temperature', 'max_decode_steps', 'real_vocab_size',
-    'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'draft_policy'))
+    'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'draft_policy', 'sharding_plan'))
 def _speculative_generate(target_model, target_params, draft_model, draft_params,
                           encoder_input_tokens, draft_encoder_input_tokens, decoder_prompt,
                           decode_rng, temperature, *, topp, max_decode_len, gamma, eos_id,
                           num_decodes, topk, static_temperature, max_decode_steps,
                           real_vocab_size, rescale_log_probs, prompt_free=False,
-                          per_row_greedy=True, draft_policy=None):
+                          per_row_greedy=True, draft_policy=None, sharding_plan=None):
   length = cache_length(max_decode_len, gamma)
   target_cache = t5.encode_and_init_cache(target_model, target_params,
                                           encoder_input_tokens, length)
   draft_cache = t5.encode_and_init_cache(draft_model, draft_params,
                                          draft_encoder_input_tokens, length)
+  if sharding_plan is not None:
+    target_cache = sharding_plan.constrain_cache(target_cache, 'target')
+    draft_cache = sharding_plan.constrain_cache(draft_cache, 'draft')
   return decoding.speculative_sample(
       decoder_prompt, target_cache, t5.make_step_fn(target_model, target_params),
       draft_cache, t5.make_step_fn(draft_model, draft_params), eos_id, gamma,
@@ -155,7 +171,8 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
                             max_decode_steps: Optional[int] = None,
                             real_vocab_size: Optional[int] = None,
                             draft_encoder_input_tokens=None,
-                            rescale_log_probs: bool = True, draft_policy=None):
+                            rescale_log_probs: bool = True, draft_policy=None,
+                            sharding_plan=None):
   """Speculative decoding of a T5 target with a T5 draft (paper Algorithm 1).
 
   Args:
@@ -169,6 +186,9 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
       most tokens a row drafts in a round (γ_max).
     draft_policy: `policies.DraftPolicy`, a policy name or None (constant γ); see
       `speculative.speculative_sample`.
+    sharding_plan: optional `specdec_jax.sharding.ShardingPlan`, as in `t5_generate`;
+      the draft is replicated or sharded like the target (`ShardingPlan.draft`). Every
+      row keeps the key it has on one device, so outputs do not depend on the mesh.
     Other arguments as `decoding.speculative_sample`.
   Returns:
     `(decodes [batch, num_decodes, max_decode_len], log_probs [batch, num_decodes],
@@ -200,13 +220,21 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
     decode_rng = jax.random.PRNGKey(0)
   if draft_encoder_input_tokens is None:
     draft_encoder_input_tokens = encoder_input_tokens
+  static = dict(topp=float(topp), max_decode_len=max_decode_len, gamma=gamma, eos_id=eos_id,
+                num_decodes=num_decodes, topk=topk,
+                static_temperature=_static_temperature(temperature),
+                max_decode_steps=max_decode_steps, real_vocab_size=real_vocab_size,
+                rescale_log_probs=rescale_log_probs, prompt_free=decoder_prompt is None,
+                per_row_greedy=_per_row_greedy(temperature),
+                draft_policy=policies.as_policy(draft_policy))
+  if sharding_plan is not None:
+    from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top
+    return sharded.speculative_generate(
+        _speculative_generate, sharding_plan, target_model, target_params, draft_model,
+        draft_params, encoder_input_tokens, draft_encoder_input_tokens, prompt, decode_rng,
+        temperature, static)
   return _speculative_generate(
       target_model, target_params, draft_model, draft_params,
       jnp.asarray(encoder_input_tokens, jnp.int32),
       jnp.asarray(draft_encoder_input_tokens, jnp.int32), prompt, decode_rng,
-      jnp.asarray(temperature, jnp.float32), topp=float(topp),
-      max_decode_len=max_decode_len, gamma=gamma, eos_id=eos_id, num_decodes=num_decodes,
-      topk=topk, static_temperature=_static_temperature(temperature),
-      max_decode_steps=max_decode_steps, real_vocab_size=real_vocab_size,
-      rescale_log_probs=rescale_log_probs, prompt_free=decoder_prompt is None,
-      per_row_greedy=_per_row_greedy(temperature), draft_policy=policies.as_policy(draft_policy))
+      jnp.asarray(temperature, jnp.float32), **static)

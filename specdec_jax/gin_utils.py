@@ -13,6 +13,7 @@ registers, under T5X's binding names:
   specdec_jax.t5x_decoding.speculative_sample  `decode_fn`, as in T5X)
   specdec_jax.decoding.temperature_sample      our-layout loop (not a model decode_fn)
   specdec_jax.DraftPolicy               specdec_jax.policies.DraftPolicy (adaptive γ)
+  specdec_jax.standard_logical_axis_rules  T5X's logical axis rules (sharding)
   specdec_jax.t5_vocab_path             path of the shared T5 SentencePiece model
 
 so `network.T5Config.emb_dim = 512`, `network.Transformer.config = @network.T5Config()`
@@ -46,6 +47,7 @@ import jax.numpy as jnp
 from specdec_jax import decoding, paths, policies, t5x_decoding
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
+from specdec_jax.sharding import rules as sharding_rules
 from specdec_jax.t5x_model import SpeculativeEncoderDecoderModel
 
 _log = logging.getLogger(__name__)
@@ -114,6 +116,8 @@ _register(t5x_decoding.temperature_sample, 'temperature_sample', 'specdec_jax.t5
 _register(t5x_decoding.speculative_sample, 'speculative_sample', 'specdec_jax.t5x_decoding')
 _register(t5_vocab_path, 't5_vocab_path', 'specdec_jax')
 _register(policies.DraftPolicy, 'DraftPolicy', 'specdec_jax')
+_register(sharding_rules.standard_logical_axis_rules, 'standard_logical_axis_rules',
+          'specdec_jax')
 
 # The folder holding the specdec_jax package (repository root, or site-packages).
 CONFIG_SEARCH_PATH = str(pathlib.Path(__file__).resolve().parent.parent)

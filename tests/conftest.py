@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import jax
 import pytest
+
+# tests/sharded needs 8 simulated devices, set before JAX starts: tests/test_sharding.py
+# runs it in a child process (SPECDEC_SHARDED_TESTS=1, XLA_FLAGS=...device_count=8).
+collect_ignore = [] if os.environ.get('SPECDEC_SHARDED_TESTS') else ['sharded']
 
 jax.config.update('jax_default_matmul_precision', 'highest')
 

@@ -19,6 +19,18 @@ def _f(x, spec='.2f'):
   return format(x, spec)
 
 
+def _sharding_lines(sh) -> list:
+  """The mesh paragraph (empty for a one-device run)."""
+  if not sh:
+    return []
+  t, d = sh['target_param_bytes'], sh['draft_param_bytes']
+  return [f'Mesh: {sh["mesh_shape"]} over {sh["devices"]} devices in {sh["processes"]} '
+          f'process(es), draft {sh["draft_sharding"]}; target params {t["total"] / 2**20:.1f} '
+          f'MiB in all, at most {t["max_per_device"] / 2**20:.1f} MiB per device '
+          f'({t["max_per_device"] / t["total"]:.3f} of the total); draft '
+          f'{d["max_per_device"] / 2**20:.1f} of {d["total"] / 2**20:.1f} MiB per device.', '']
+
+
 def markdown(res: dict) -> str:
   s = res['settings']
   m = res['machine']
@@ -36,6 +48,7 @@ def markdown(res: dict) -> str:
       f'at start {m.get("load_average_at_start")}; jax {m["jax"]}, flax {m["flax"]}, torch '
       f'{m["torch"]}, transformers {m["transformers"]}.', '',
       f'Outputs identical between methods at temperature 0: **{res["identical_at_t0"]}**', '',
+  ] + _sharding_lines(res.get('sharding')) + [
       '## Step costs', '',
       'Each timed alone in its own compiled program (`bench/costs.py`), in units of one '
       'target 1-token step except where ms. a = the loop\'s own work per speculative round '

@@ -53,8 +53,9 @@ class Models:
 
 
 def load_pair(pair_dir, target_config, draft_config, target_checkpoint, draft_checkpoint,
-              vocab_path, extra_ids, checkpoint_dtype=None):
-  """(PairSpec, vocabulary, Models) as the decode job resolves them."""
+              vocab_path, extra_ids, checkpoint_dtype=None, plan=None):
+  """(PairSpec, vocabulary, Models) as the decode job resolves them; with a
+  `sharding.ShardingPlan`, the params are restored straight into its shardings."""
   from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
   from specdec_jax import decode as decode_lib  # pylint: disable=g-import-not-at-top
   from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
@@ -66,8 +67,10 @@ def load_pair(pair_dir, target_config, draft_config, target_checkpoint, draft_ch
   loaded = {}
   for role in ('target', 'draft'):
     cfg = getattr(pair, f'{role}_config')
-    params = checkpoints.load_t5x_checkpoint(getattr(pair, f'{role}_checkpoint'), cfg,
-                                             dtype=decode_lib._dtype(checkpoint_dtype))  # pylint: disable=protected-access
+    params = checkpoints.load_t5x_checkpoint(
+        getattr(pair, f'{role}_checkpoint'), cfg,
+        dtype=decode_lib._dtype(checkpoint_dtype),  # pylint: disable=protected-access
+        shardings=None if plan is None else plan.param_shardings(cfg, role))
     t5.check_params(params, cfg)
     loaded[role] = (t5.Transformer(cfg), params)
   return pair, vocab, Models(loaded['target'][0], loaded['target'][1], loaded['draft'][0],
@@ -95,6 +98,7 @@ class Runner:
   seed: int
   real_vocab_size: Optional[int]
   policy: Any = None  # policies.DraftPolicy for adaptive draft lengths (γ = γ_max)
+  plan: Any = None  # sharding.ShardingPlan (None: one device)
   times: list = dataclasses.field(default_factory=list)
   first_call_s: Optional[float] = None
   outputs: Optional[list] = None
@@ -106,7 +110,8 @@ class Runner:
     import jax  # pylint: disable=g-import-not-at-top
     from specdec_jax import generate  # pylint: disable=g-import-not-at-top
     key = jax.random.fold_in(jax.random.PRNGKey(self.seed), i)
-    kw = dict(eos_id=self.eos_id, temperature=self.temperature, decode_rng=key)
+    kw = dict(eos_id=self.eos_id, temperature=self.temperature, decode_rng=key,
+              sharding_plan=self.plan)
     if self.method == 'baseline':
       return generate.t5_generate(self.m.target_model, self.m.target_params, batch.tokens,
                                   self.max_decode_len, **kw)

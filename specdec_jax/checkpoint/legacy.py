@@ -136,11 +136,15 @@ def _open_ts(spec: dict, assume_metadata: bool):
 
 
 def read_msgpack(msgpack_path: str, subtree: str | None, array_metadata=None,
-                 dtype=None, config: T5Config | None = None) -> PyTree:
+                 dtype=None, config: T5Config | None = None, sharding_of=None) -> PyTree:
   """Reads one subtree of a msgpack checkpoint; TensorStore leaves outside it stay unread.
 
   With `config`, the subtree (the params) is checked against it with every
   array's shape from its spec or `.zarray` before any array data is read.
+  With `sharding_of` (`path tuple -> jax.sharding.Sharding`), each array is
+  restored straight into its sharding: every device's shard is read from
+  TensorStore on its own (`jax.make_array_from_callback`), so a process reads
+  only the shards its devices hold and no full host copy is made.
   """
   from flax import serialization
   ckpt_dir = loc.parent(msgpack_path)
@@ -181,6 +185,10 @@ def read_msgpack(msgpack_path: str, subtree: str | None, array_metadata=None,
     check_against_config(found, config, msgpack_path)
 
   # 3. Read.
+  if sharding_of is not None:
+    return tree_lib.unflatten([(path, _read_sharded(opened.get(i), leaf, sharding_of(path),
+                                                    dtype))
+                               for i, (path, leaf) in enumerate(items)])
   reads = {i: store.read() for i, store in opened.items()}
   out = []
   for i, (path, leaf) in enumerate(items):
@@ -189,3 +197,20 @@ def read_msgpack(msgpack_path: str, subtree: str | None, array_metadata=None,
       value = np.asarray(value).astype(dtype)
     out.append((path, value))
   return tree_lib.unflatten(out)
+
+
+def _read_sharded(store, leaf, sharding, dtype):
+  """One leaf as a `jax.Array` with `sharding`, each shard read on its own from `store`
+  (or sliced from the inline msgpack value `leaf`); empty nodes stay `{}`."""
+  if store is None and not isinstance(leaf, (np.ndarray, np.generic)):
+    return leaf
+
+  def cast(x):
+    x = np.asarray(x)
+    return x.astype(dtype) if dtype is not None and tree_lib.is_float(x) else x
+
+  if store is None:
+    value = np.asarray(leaf)
+    return jax.make_array_from_callback(value.shape, sharding, lambda idx: cast(value[idx]))
+  return jax.make_array_from_callback(tuple(store.shape), sharding,
+                                      lambda idx: cast(store[idx].read().result()))

@@ -54,11 +54,14 @@ def _is_empty(value_meta: dict) -> bool:
 
 
 def read_orbax(state_dir: str, subtree: str | None, dtype=None,
-               config: T5Config | None = None) -> PyTree:
+               config: T5Config | None = None, sharding_of=None) -> PyTree:
   """Restores one subtree of an Orbax state directory as numpy arrays.
 
   With `config`, the subtree's names are checked against it before any array is
   opened and the shapes once read (the `_METADATA` file holds no shapes).
+  With `sharding_of` (`path tuple -> jax.sharding.Sharding`), arrays are restored
+  by orbax straight into their shardings (`ArrayRestoreArgs`: each process reads
+  only its shards) as `jax.Array`s, cast to `dtype` on the way.
   """
   import orbax.checkpoint as ocp
   from etils import epath
@@ -74,8 +77,12 @@ def read_orbax(state_dir: str, subtree: str | None, dtype=None,
       empties.append((path, EMPTY_TYPES.get(kind, dict)()))
       continue
     item.append((path, 0))
-    args.append((path, ocp.RestoreArgs(restore_type=np.ndarray)
-                 if kind in ARRAY_TYPES else ocp.RestoreArgs()))
+    if sharding_of is not None and kind in ARRAY_TYPES:
+      args.append((path, ocp.ArrayRestoreArgs(restore_type=jax.Array, dtype=dtype,
+                                              sharding=sharding_of(path))))
+    else:
+      args.append((path, ocp.RestoreArgs(restore_type=np.ndarray)
+                   if kind in ARRAY_TYPES else ocp.RestoreArgs()))
   if any(not p for p, _ in item):
     raise ValueError(f'{subtree!r} is a single array; name its parent subtree instead.')
 
@@ -98,6 +105,6 @@ def read_orbax(state_dir: str, subtree: str | None, dtype=None,
   if config is not None:
     check_against_config(leaves, config, state_dir)
   result = tree_lib.unflatten(leaves + empties)
-  if dtype is not None:
+  if dtype is not None and sharding_of is None:
     result = jax.tree.map(lambda x: x.astype(dtype) if tree_lib.is_float(x) else x, result)
   return result

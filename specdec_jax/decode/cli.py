@@ -72,7 +72,15 @@ def run(argv: Sequence[str]) -> dict:
   """
   files, bindings, search_paths, _ = parse_flags(argv)
   parse_gin(files, bindings, search_paths)
-  return outputs.run_decode(job.decode(prepare_only=True, check_bindings=True))
+  return outputs.run_decode(_configure())
+
+
+def _configure():
+  """Starts `jax.distributed` when the environment asks (before any JAX backend is
+  used), then validates and loads the job (`job.decode(prepare_only=True)`)."""
+  from specdec_jax.sharding import distributed  # pylint: disable=g-import-not-at-top
+  distributed.initialize_from_env()
+  return job.decode(prepare_only=True, check_bindings=True)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -86,7 +94,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   return flags.run_cli(
       f, PROG,
       parse=lambda: parse_gin(f.gin_files, f.bindings, f.search_paths),
-      configure=lambda: job.decode(prepare_only=True, check_bindings=True),
+      configure=_configure,
       run=outputs.run_decode,
       exit_codes={DemoPairMissing: EXIT_DEMO_PAIR_MISSING},
       interrupted='no output written')

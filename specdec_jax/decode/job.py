@@ -50,6 +50,7 @@ class Prepared:
   draft_params: Any = None
   output_path: Optional[pathlib.Path] = None
   input_vocab: Any = None
+  plan: Any = None  # specdec_jax.sharding.ShardingPlan, or None (one device)
 
   @property
   def eos_id(self) -> int:
@@ -88,6 +89,10 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
            batch_size: int = 8,
            max_decode_len: int = 64,
            seed: int = 0,
+           # Sharding (docs/scaling.md).
+           mesh_shape=None,
+           logical_axis_rules=None,
+           draft_sharding: str = 'replicated',
            warmup: bool = True,
            progress: Optional[bool] = None,
            print_predictions: int = 10,
@@ -128,6 +133,16 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
     batch_size: rows per call (the last batch is padded to it).
     max_decode_len: decoded tokens per input at most.
     seed: PRNG seed.
+    mesh_shape: `(data, model)` device-mesh sizes (one may be -1: the rest of the
+      devices); None decodes on one device. Params are placed (and restored) from
+      their logical axes, the batch is split over `data` (padded to a multiple of
+      it), caches over `data` and `heads`; outputs are the same on every mesh.
+      Across processes (`specdec_jax.sharding.distributed`: JAX_COORDINATOR_ADDRESS,
+      JAX_NUM_PROCESSES, JAX_PROCESS_ID) the mesh spans every process's devices and
+      process 0 writes the outputs.
+    logical_axis_rules: `((logical axis, 'data' | 'model' | None), ...)`; None: T5X's
+      standard rules (`@specdec_jax.standard_logical_axis_rules()`).
+    draft_sharding: 'replicated' (the draft whole on every device) or 'like_target'.
     warmup: time a first call on the first batch separately as `compile_s`
       (costs one extra batch of decoding); False: `run_s` includes compilation.
     progress: tqdm bar on stderr (None: when stderr is a terminal and there is
@@ -149,8 +164,9 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
       max_input_len=max_input_len, on_long_input=on_long_input, method=method, gamma=gamma,
       draft_policy=draft_policy,
       temperature=temperature, topk=topk, topp=topp, batch_size=batch_size,
-      max_decode_len=max_decode_len, seed=seed, warmup=warmup, progress=progress,
-      print_predictions=print_predictions)
+      max_decode_len=max_decode_len, seed=seed, mesh_shape=mesh_shape,
+      logical_axis_rules=logical_axis_rules, draft_sharding=draft_sharding, warmup=warmup,
+      progress=progress, print_predictions=print_predictions)
   prepared = prepare(settings, target_config=target_config, draft_config=draft_config,
                      target_checkpoint=target_checkpoint, draft_checkpoint=draft_checkpoint,
                      vocab_path=vocab_path, check_bindings=check_bindings)
@@ -269,10 +285,22 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
   examples = inputs_lib.tokenize(records, input_vocab, prefix=s['prefix'],
                                  max_input_len=s['max_input_len'],
                                  on_long_input=s['on_long_input'])
-  prepared = Prepared(s, pair, vocab, examples, output_path=output, input_vocab=input_vocab)
+  prepared = Prepared(s, pair, vocab, examples, output_path=output, input_vocab=input_vocab,
+                      plan=_plan(s))
   if load_models:
     _load_models(prepared, configs, dtype, binding)
   return prepared
+
+
+def _plan(s: dict):
+  """The job's `ShardingPlan` (None without decode.mesh_shape); ValueError naming the binding."""
+  if s['mesh_shape'] is None:
+    return None
+  from specdec_jax import sharding  # pylint: disable=g-import-not-at-top
+  try:
+    return sharding.plan_from(s['mesh_shape'], s['logical_axis_rules'], s['draft_sharding'])
+  except ValueError as e:
+    raise ValueError(f'decode.mesh_shape / logical_axis_rules / draft_sharding: {e}') from e
 
 
 def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
@@ -283,7 +311,9 @@ def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
     path = getattr(pair, f'{role}_checkpoint')
     role_dtype = pair.draft_dtype if role == 'draft' and pair.draft_dtype is not None else dtype
     try:
-      params = checkpoints.load_t5x_checkpoint(path, cfg, dtype=role_dtype)
+      shardings = (prepared.plan.param_shardings(cfg, role) if prepared.plan is not None
+                   else None)
+      params = checkpoints.load_t5x_checkpoint(path, cfg, dtype=role_dtype, shardings=shardings)
       t5.check_params(params, cfg)
     except ValueError as e:
       what = 'decode.' + role + '_config' if binding(role).startswith('decode.') else (

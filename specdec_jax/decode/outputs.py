@@ -45,14 +45,15 @@ def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):
     decodes, _, stats = generate.t5_speculative_generate(
         p.target_model, p.target_params, p.draft_model, p.draft_params, batch.tokens,
         s['max_decode_len'], s['gamma'], decode_rng=keys, real_vocab_size=p.vocab.vocab_size,
-        draft_policy=s.get('draft_policy'), **kwargs)
+        draft_policy=s.get('draft_policy'), sharding_plan=p.plan, **kwargs)
     decodes, stats = jax.device_get((decodes, stats))
     out = {k: np.asarray(getattr(stats, k))[:, 0]
            for k in ('target_calls', 'drafted', 'accepted', 'alpha_sum', 'alpha_count', 'tokens')}
   else:
     decodes, _ = generate.t5_generate(p.target_model, p.target_params, batch.tokens,
                                       s['max_decode_len'],
-                                      decode_rng=jax.random.fold_in(base, batch_index), **kwargs)
+                                      decode_rng=jax.random.fold_in(base, batch_index),
+                                      sharding_plan=p.plan, **kwargs)
     decodes = jax.device_get(decodes)
     tokens = np.array([len(inputs_lib.tokens_until_eos(r, eos))
                        for r in np.asarray(decodes)[:, 0]])
@@ -91,9 +92,14 @@ def run_decode(p: Prepared) -> dict:
     _decode_batch(p, first, 0)
     warmup_s = time.perf_counter() - t0
 
+  from specdec_jax.sharding import distributed  # pylint: disable=g-import-not-at-top
+  writer = distributed.is_writer()  # Multi-process: every process decodes, process 0 writes.
   tmp_paths = []
-  out_file, tmp = _atomic_writer(p.output_path)
-  tmp_paths.append(tmp)
+  if writer:
+    out_file, tmp = _atomic_writer(p.output_path)
+    tmp_paths.append(tmp)
+  else:
+    out_file = open(os.devnull, 'w', encoding='utf-8')  # pylint: disable=consider-using-with
   try:
     totals = dict(target_calls=0, drafted=0, accepted=0, alpha_sum=0.0, alpha_count=0,
                   tokens=0)
@@ -163,10 +169,13 @@ def run_decode(p: Prepared) -> dict:
                                    if totals['target_calls'] else None),
         'bleu': None,
         'devices': _devices(),
+        'sharding': p.plan.describe() if p.plan is not None else None,
     }
     if references and all(r is not None for r in references):
       import sacrebleu  # pylint: disable=g-import-not-at-top
       summary['bleu'] = sacrebleu.corpus_bleu(predictions, [references]).score
+    if not writer:
+      return summary
     summary_path = summary_path_for(p.output_path)
     sum_file, sum_tmp = _atomic_writer(summary_path)
     tmp_paths.append(sum_tmp)

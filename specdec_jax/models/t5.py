@@ -328,17 +328,19 @@ def params_axes(config: T5Config):
   x = jnp.ones((1, 2), jnp.int32)
   variables = jax.eval_shape(lambda: model.init({'params': jax.random.PRNGKey(0)}, x, x, x,
                                                 enable_dropout=False))
-  axes = flax.core.unfreeze(variables['params_axes'])
+  return unbox_axes(variables['params_axes'])
 
-  def strip(tree):
-    out = {}
-    for name, value in tree.items():
-      if isinstance(value, dict):
-        out[name] = strip(value)
-      else:
-        out[name.removesuffix('_axes')] = tuple(value.names)
-    return out
-  return strip(axes)
+
+def unbox_axes(params_axes):
+  """A `params_axes` collection (`{name + '_axes': AxisMetadata}` nests, as flax's
+  `param_with_axes` and T5X write it) → the params' tree with `names` tuples as leaves."""
+  out = {}
+  for name, value in flax.core.unfreeze(params_axes).items():
+    if isinstance(value, dict):
+      out[name] = unbox_axes(value)
+    else:
+      out[name.removesuffix('_axes')] = tuple(value.names)
+  return out
 
 
 @functools.lru_cache(maxsize=64)
