@@ -21,6 +21,7 @@ import time
 import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from specdec_jax import atomic  # noqa: E402
 from specdec_jax import data as data_lib  # noqa: E402
 from specdec_jax import evaluation  # noqa: E402
 from specdec_jax import train as train_lib  # noqa: E402
@@ -95,8 +96,8 @@ def main(argv=None):
     print('HYP:', h, '\nREF:', r)
   if args.output:
     pathlib.Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(args.output).write_text(json.dumps(result, indent=2))
-    pathlib.Path(args.output + '.hyp.txt').write_text('\n'.join(hyps) + '\n')
+    atomic.write_text(args.output, json.dumps(result, indent=2))
+    atomic.write_text(args.output + '.hyp.txt', '\n'.join(hyps) + '\n')
   return result
 
 

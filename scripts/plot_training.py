@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import tempfile
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from specdec_jax import atomic  # noqa: E402
 
 
 def read_log(run_dir):
@@ -62,15 +64,7 @@ def main(argv=None):
     ax2.legend(loc='lower right', fontsize=7)
   fig.tight_layout()
   out = pathlib.Path(args.output)
-  out.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=out.parent, suffix='.png')
-  os.close(fd)
-  try:
-    fig.savefig(tmp, dpi=90)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out)
-  finally:
-    pathlib.Path(tmp).unlink(missing_ok=True)
+  atomic.write_with(out, lambda tmp: fig.savefig(tmp, dpi=90))
   print(out)
 
 

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax import benchmark, decode, generate
+from specdec_jax import atomic, benchmark, decode, generate
 from specdec_jax import inputs as inputs_lib
 
 LINE = re.compile(r'\s*(?:ROOT )?%?([\w.\-]+) = [^(]*?(?:\w+)\((.*?)\)(.*)$')
@@ -206,9 +206,7 @@ def main(argv=None) -> int:
     md.append('')
   text = '\n'.join(md)
   for fname, content in (('profile.json', json.dumps(res, indent=1)), ('profile.md', text)):
-    tmp = out_dir / (fname + '.tmp')
-    tmp.write_text(content)
-    os.replace(tmp, out_dir / fname)
+    atomic.write_text(out_dir / fname, content)
   print(text)
   return 0
 

@@ -45,12 +45,12 @@ import os
 import pathlib
 import shlex
 import sys
-import tempfile
 import time
 from typing import Optional, Sequence
 
 import gin
 
+from specdec_jax import atomic
 from specdec_jax import decode as decode_lib
 from specdec_jax import flags
 from specdec_jax import inputs as inputs_lib
@@ -105,24 +105,6 @@ def check_settings(*, num_sentences, gammas, temperatures, batch_sizes, repeats,
     raise BenchmarkConfigError(
         'benchmark.temperatures must be a tuple of numbers >= 0 (0 = greedy), e.g. '
         f'--gin.benchmark.temperatures="(0.0, 1.0)"; got {temperatures!r}.')
-
-
-def _write_atomic(path: pathlib.Path, data: bytes) -> None:
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + '.', suffix='.tmp')
-  try:
-    with os.fdopen(fd, 'wb') as f:
-      f.write(data)
-    os.chmod(tmp, 0o666 & ~_umask())
-    os.replace(tmp, path)
-  except BaseException:
-    pathlib.Path(tmp).unlink(missing_ok=True)
-    raise
-
-
-def _umask() -> int:
-  mask = os.umask(0)
-  os.umask(mask)
-  return mask
 
 
 def measure_costs(models, batches, *, max_decode_len, gammas, temperatures, iters,
@@ -276,13 +258,10 @@ def benchmark(output_dir: str = 'out/benchmark',
         rows_lib.mark_best(rows, base, specs, costs)
         results['settings_results'].extend(rows)
         for r in adaptive:
-          row = rows_lib.row(dname, bs, temp, base, r, costs)
+          row = rows_lib.without_predictions(rows_lib.row(dname, bs, temp, base, r, costs))
           row.update(policy=r.policy.kind, policy_settings=dataclasses.asdict(r.policy),
                      best_gamma=rows[0]['best_gamma'],
                      predicted_best_gamma=rows[0]['predicted_best_gamma'])
-          for k in ('predicted_speedup', 'efficiency', 'predicted_speedup_rounds',
-                    'efficiency_rounds'):
-            row[k] = float('nan')  # the cost model is for a fixed γ
           results['policy_results'].append(row)
           print(f'[{dname} T={temp} B={bs} policy={r.policy.kind} γmax={r.gamma}] speedup '
                 f'{row["speedup"]:.2f}, mean draft length {row["mean_draft_length"]:.2f}, '
@@ -318,9 +297,8 @@ def benchmark(output_dir: str = 'out/benchmark',
              if r['temperature'] == 0.0]
   results['identical_at_t0'] = (all(r['identical'] for r in t0_rows) if t0_rows else None)
   results['total_wall_s'] = time.perf_counter() - t_start
-  _write_atomic(out_dir / 'results.json',
-                json.dumps(results, indent=2, default=json_default).encode())
-  _write_atomic(out_dir / 'results.md', report.markdown(results).encode())
+  atomic.write_text(out_dir / 'results.json', json.dumps(results, indent=2, default=json_default))
+  atomic.write_text(out_dir / 'results.md', report.markdown(results))
   report.plot(results, out_dir)
   print(f'wrote {out_dir}/results.json, results.md, speedup_vs_gamma.png, '
         f'tokens_per_second.png ({results["total_wall_s"]:.1f} s)', flush=True)

@@ -16,35 +16,19 @@ seconds) goes to `<output_path>.summary.json`.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import sys
-import tempfile
 import time
 from typing import Optional, Sequence
 
 import gin
 
+from specdec_jax import atomic
 from specdec_jax import data as data_lib
 from specdec_jax import flags
 from specdec_jax import gin_utils  # noqa: F401  pylint: disable=unused-import
 from specdec_jax import train as train_lib  # registers `train` before gin is locked
 from specdec_jax import vocabulary
-
-
-def _write_atomic(path: pathlib.Path, text: str) -> None:
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + '.', suffix='.tmp')
-  try:
-    with os.fdopen(fd, 'w', encoding='utf-8') as f:
-      f.write(text)
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(tmp, 0o666 & ~mask)
-    os.replace(tmp, path)
-  except BaseException:
-    pathlib.Path(tmp).unlink(missing_ok=True)
-    raise
 
 
 def distill_data(target_run: str = gin.REQUIRED,
@@ -91,13 +75,13 @@ def distill_data(target_run: str = gin.REQUIRED,
       ids[i] = evaluation.ids_until_eos(row)
       hit_max += int(len(ids[i]) >= max_decode_len)
   out = pathlib.Path(output_path)
-  _write_atomic(out, ''.join(' '.join(map(str, x)) + '\n' for x in ids))
+  atomic.write_text(out, ''.join(' '.join(map(str, x)) + '\n' for x in ids))
   summary = dict(target_run=str(target_run), split=split, sentences=len(ids),
                  mean_tokens=sum(len(x) for x in ids) / max(len(ids), 1),
                  reached_max_decode_len=hit_max, max_decode_len=max_decode_len,
                  decoder='generate.t5_generate (greedy)', seconds=round(time.time() - t0, 1),
                  output_path=str(out))
-  _write_atomic(out.with_name(out.name + '.summary.json'), json.dumps(summary, indent=2))
+  atomic.write_text(out.with_name(out.name + '.summary.json'), json.dumps(summary, indent=2))
   print(json.dumps(summary), flush=True)
   return summary
 

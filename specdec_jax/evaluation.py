@@ -12,18 +12,14 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from specdec_jax import data as data_lib
+from specdec_jax import inputs as inputs_lib
 from specdec_jax.vocabulary import EOS_ID
 
 
 def ids_until_eos(row, eos_id: int = EOS_ID) -> list[int]:
-  """A decoded row cut before its first EOS (EOS and padding dropped), as Python ints."""
-  out = []
-  for t in np.asarray(row).tolist():
-    if t == eos_id:
-      break
-    if t > 0:
-      out.append(int(t))
-  return out
+  """A decoded row cut before its first EOS (EOS and padding dropped), as Python ints
+  (`inputs.tokens_until_eos` without the EOS)."""
+  return [int(t) for t in inputs_lib.tokens_until_eos(row, eos_id) if t != eos_id and t > 0]
 
 
 def detokenize(processor, ids: Sequence[int]) -> str:

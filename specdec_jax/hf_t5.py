@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 import warnings
 from typing import Any
 
@@ -22,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
 
+from specdec_jax import atomic
 from specdec_jax.hf import accounting
 from specdec_jax.hf.accounting import HFImportAccounting
 from specdec_jax.hf.config import (hf_config_as_dict, hf_config_dict, hf_ties_weights,
@@ -152,17 +152,6 @@ def load_hf_t5(folder: str | os.PathLike, dtype=jnp.float32, **config_overrides
   return import_hf_t5(folder, config, dtype=dtype), config
 
 
-def _write_atomic(path: str, write) -> None:
-  tmp = f'{path}.tmp-{uuid.uuid4().hex[:8]}'
-  try:
-    write(tmp)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-
-
 def _write_json(obj):
   def write(path):
     with open(path, 'w') as f:
@@ -204,9 +193,9 @@ def export_hf_t5(params: PyTree, config: T5Config, out_dir: str | os.PathLike,
   out_dir = os.fspath(out_dir)
   os.makedirs(out_dir, exist_ok=True)
   hf_cfg['torch_dtype'] = hf_cfg['dtype'] = jnp.dtype(dtype).name
-  _write_atomic(os.path.join(out_dir, 'model.safetensors'),
+  atomic.write_with(os.path.join(out_dir, 'model.safetensors'),
                 lambda p: safetensors.numpy.save_file(tensors, p, metadata={'format': 'pt'}))
-  _write_atomic(os.path.join(out_dir, 'config.json'), _write_json(hf_cfg))
-  _write_atomic(os.path.join(out_dir, 'generation_config.json'), _write_json(
+  atomic.write_with(os.path.join(out_dir, 'config.json'), _write_json(hf_cfg))
+  atomic.write_with(os.path.join(out_dir, 'generation_config.json'), _write_json(
       {'decoder_start_token_id': 0, 'eos_token_id': 1, 'pad_token_id': 0}))
   return out_dir

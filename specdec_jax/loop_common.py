@@ -47,6 +47,15 @@ def prompt_lengths(inputs):
 
 
 def check_common(inputs, eos_id, num_decodes, temperature, topk, topp, max_decode_steps):
+  """Checks the arguments both loops take, before anything is traced.
+
+  Args:
+    inputs: int32 `[batch, max_decode_len]` prompts (0 = free position).
+    eos_id, num_decodes, max_decode_steps: as `temperature_sample`.
+    temperature, topk, topp: checked by `sampling.validate_sampling_args`.
+  Raises:
+    ValueError: naming the first bad argument and what it must be.
+  """
   if inputs.ndim != 2:
     raise ValueError(f'inputs must be [batch, max_decode_len] int, got shape {inputs.shape}.')
   if not isinstance(num_decodes, int) or num_decodes < 1:
@@ -57,7 +66,6 @@ def check_common(inputs, eos_id, num_decodes, temperature, topk, topp, max_decod
                                        or max_decode_steps < 1):
     raise ValueError(f'max_decode_steps must be None or an int >= 1, got {max_decode_steps!r}.')
   sampling.validate_sampling_args(temperature, topk, topp)
-
 
 
 def row_keys(decode_rng, batch: int, num_decodes: int):

@@ -7,48 +7,36 @@ All writes go to a temporary file first and are renamed into place.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pathlib
-from typing import Any
 
 import flax
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax.models.config import T5Config
+from specdec_jax import atomic
+from specdec_jax.models import config as config_lib
 
 
 # ---------------------------------------------------------------------------- config io
 
-def config_to_dict(config: T5Config) -> dict[str, Any]:
-  d = dataclasses.asdict(config)
-  d['dtype'] = jnp.dtype(config.dtype).name
-  d['mlp_activations'] = list(config.mlp_activations)
-  return d
-
-
-def config_from_dict(d: dict[str, Any]) -> T5Config:
-  d = dict(d)
-  d['dtype'] = jnp.dtype(d.get('dtype', 'float32')).type
-  d['mlp_activations'] = tuple(d['mlp_activations'])
-  return T5Config(**d)
+config_to_dict = config_lib.to_dict  # T5Config ↔ the run's config.json
+config_from_dict = config_lib.from_dict
 
 
 def param_count(params) -> int:
+  """Number of scalars in a params tree."""
   return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(params)))
 
 
 def save_params(params, path: str | os.PathLike) -> None:
-  path = pathlib.Path(path)
-  tmp = path.with_name(path.name + '.tmp')
-  tmp.write_bytes(flax.serialization.msgpack_serialize(jax.device_get(params)))
-  os.replace(tmp, path)
+  """Writes a params tree as flax msgpack, atomically (`load_params` reads it)."""
+  atomic.write_bytes(path, flax.serialization.msgpack_serialize(jax.device_get(params)))
 
 
 def load_params(path: str | os.PathLike):
+  """The params tree (numpy arrays) of a `save_params` file."""
   return flax.serialization.msgpack_restore(pathlib.Path(path).read_bytes())
 
 
@@ -75,11 +63,9 @@ def save_train_state(run_dir: pathlib.Path, state, position: dict, keep: int):
   """Writes `train_state_<step>.msgpack` (state + data position); keeps the newest `keep`."""
   step = int(state.step)
   blob = {'state': flax.serialization.to_state_dict(jax.device_get(state)), 'position': position}
-  path = run_dir / f'train_state_{step}.msgpack'
-  tmp = path.with_name(path.name + '.tmp')
-  tmp.write_bytes(flax.serialization.msgpack_serialize(blob))
-  os.replace(tmp, path)
-  for _, old in _checkpoints(run_dir)[:-keep]:
+  atomic.write_bytes(run_dir / f'train_state_{step}.msgpack',
+                     flax.serialization.msgpack_serialize(blob))
+  for _, old in _checkpoints(run_dir)[:max(0, len(_checkpoints(run_dir)) - keep)]:
     old.unlink(missing_ok=True)
 
 

@@ -40,7 +40,7 @@ from specdec_jax import vocabulary as _vocabulary
 seqio = _vocabulary.import_seqio()  # Imports TensorFlow, without its start-up log lines.
 import tensorflow as tf  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 
-TRANSLATE_PREFIX = 'translate English to German: '
+TRANSLATE_PREFIX = _vocabulary.TRANSLATE_PREFIX
 DEMO_VOCAB_DIR = paths.ASSETS_DIR / 'demo_ende' / 'vocab'
 DEFAULT_EXTRA_IDS = 100
 

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
+from specdec_jax import atomic
 from specdec_jax import data as data_lib
 from specdec_jax import flags
 # Registers T5X's gin names (network.T5Config, ...), so T5X-style bindings work here.
@@ -106,7 +107,7 @@ class _DevEval:
 
 # ---------------------------------------------------------------------------- main loop
 
-@gin.configurable(denylist=['overrides'])
+@gin.configurable
 def train(run_dir: str = gin.REQUIRED,
           model_config: T5Config = gin.REQUIRED,
           mode: str = 'target',
@@ -134,8 +135,7 @@ def train(run_dir: str = gin.REQUIRED,
           targets_path: str | None = None,
           eval_every_steps: int = 0,
           eval_split: str = 'ende/multi30k/val',
-          eval_examples: int = 500,
-          overrides: dict | None = None) -> dict:
+          eval_examples: int = 500) -> dict:
   """Trains one model; returns a summary dict (also written to `<run_dir>/summary.json`).
 
   `targets_path` replaces the gold German side by token-id lines (sequence-level
@@ -149,11 +149,6 @@ def train(run_dir: str = gin.REQUIRED,
     raise ValueError(f"train.mode must be 'target' or 'distill', got {mode!r}.")
   run_dir = pathlib.Path(run_dir)
   run_dir.mkdir(parents=True, exist_ok=True)
-  (run_dir / 'config.json').write_text(json.dumps(config_to_dict(model_config), indent=2))
-  try:
-    (run_dir / 'operative_config.gin').write_text(gin.operative_config_str())
-  except Exception:  # pylint: disable=broad-except
-    pass
 
   processor = vocabulary.load_processor(vocab_path)
   if processor.vocab_size() + vocabulary.DEFAULT_EXTRA_IDS > model_config.vocab_size:
@@ -183,10 +178,26 @@ def train(run_dir: str = gin.REQUIRED,
                      opt_state=opt.init(params))
   position = {'epoch': 0, 'batch': 0}
   restored = restore_train_state(run_dir, state)
+  prior_s = 0  # training seconds of earlier sessions of this run (kept in the train states)
   if restored is not None:
     state, position = restored
+    prior_s = position.pop('seconds_trained', 0)
+    try:
+      t5.check_params(state.params, model_config)
+    except ValueError as e:
+      raise ValueError(f'train.run_dir {str(run_dir)!r} holds a run of another model config '
+                       f'({e}); use a new run_dir or the config it was started with.') from e
     print(f'Resumed from step {int(state.step)} (epoch {position["epoch"]}, '
           f'batch {position["batch"]}).', flush=True)
+  atomic.write_text(run_dir / 'config.json', json.dumps(config_to_dict(model_config), indent=2))
+  try:
+    atomic.write_text(run_dir / 'operative_config.gin', gin.operative_config_str())
+  except Exception:  # pylint: disable=broad-except  (gin not configured: library use)
+    pass
+
+  def checkpoint():
+    save_train_state(run_dir, state, dict(
+        position, seconds_trained=int(prior_s + time.time() - start_time)), keep_checkpoints)
   n_params = param_count(state.params)
   print(f'mode={mode} params={n_params:,} steps/epoch={dataset.steps_per_epoch} '
         f'examples={len(dataset.inputs)}', flush=True)
@@ -215,56 +226,59 @@ def train(run_dir: str = gin.REQUIRED,
   stop_reason = 'max_steps'
   bar = tqdm(total=max_steps, initial=int(state.step), dynamic_ncols=True, mininterval=5.0,
              file=flags.progress_file())
-  done = False
-  while not done:
-    for batch in dataset.batches(position['epoch'], position['batch']):
-      if int(state.step) >= max_steps:
-        done, stop_reason = True, 'max_steps'
-        break
-      if time.time() >= deadline:
-        done, stop_reason = True, 'max_minutes'
-        break
-      state, metrics = train_step(state, batch, dropout_rng, teacher_params)
-      position['batch'] += 1
-      step = int(state.step)
-      metrics = jax.device_get(metrics)
-      window_tokens += float(metrics['tokens'])
-      total_tokens += float(metrics['tokens'])
-      elapsed = time.time() - window_start
-      tok_s = window_tokens / max(elapsed, 1e-6)
-      last = {k: float(v) for k, v in metrics.items()}
-      bar.update(1)
-      bar.set_postfix(loss=f'{last["loss"]:.3f}', tok_s=f'{tok_s:.0f}', ep=position['epoch'])
-      if step % log_every_steps == 0:
-        record = {'step': step, 'epoch': position['epoch'], 'lr': float(schedule(step - 1)),
-                  'tokens_per_s': tok_s, 'minutes': (time.time() - start_time) / 60, **last}
-        log_file.write(json.dumps(record) + '\n')
-        log_file.flush()
-        tqdm.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v
-                               for k, v in record.items()}), file=sys.stdout)
-        sys.stdout.flush()
-        window_tokens, window_start = 0.0, time.time()
-      if step % checkpoint_every_steps == 0:
-        save_train_state(run_dir, state, position, keep_checkpoints)
-      if eval_every_steps and step % eval_every_steps == 0:
-        evaluate(step)
-    else:
-      position = {'epoch': position['epoch'] + 1, 'batch': 0}
-  bar.close()
-  save_train_state(run_dir, state, position, keep_checkpoints)
-  if eval_every_steps and int(state.step) % eval_every_steps:
-    evaluate(int(state.step))
-  save_params(state.params, run_dir / 'params.msgpack')
+  # From here on, the configuration has been checked: an error is a failure of the run,
+  # not bad input, and keeps its traceback (`flags.run_cli` treats ValueError and
+  # FileNotFoundError as configuration errors).
+  try:
+    done = False
+    while not done:
+      for batch in dataset.batches(position['epoch'], position['batch']):
+        if int(state.step) >= max_steps:
+          done, stop_reason = True, 'max_steps'
+          break
+        if time.time() >= deadline:
+          done, stop_reason = True, 'max_minutes'
+          break
+        state, metrics = train_step(state, batch, dropout_rng, teacher_params)
+        position['batch'] += 1
+        step = int(state.step)
+        metrics = jax.device_get(metrics)
+        window_tokens += float(metrics['tokens'])
+        total_tokens += float(metrics['tokens'])
+        elapsed = time.time() - window_start
+        tok_s = window_tokens / max(elapsed, 1e-6)
+        last = {k: float(v) for k, v in metrics.items()}
+        bar.update(1)
+        bar.set_postfix(loss=f'{last["loss"]:.3f}', tok_s=f'{tok_s:.0f}', ep=position['epoch'])
+        if step % log_every_steps == 0:
+          record = {'step': step, 'epoch': position['epoch'], 'lr': float(schedule(step - 1)),
+                    'tokens_per_s': tok_s, 'minutes': (time.time() - start_time) / 60, **last}
+          log_file.write(json.dumps(record) + '\n')
+          log_file.flush()
+          tqdm.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v
+                                 for k, v in record.items()}), file=sys.stdout)
+          sys.stdout.flush()
+          window_tokens, window_start = 0.0, time.time()
+        if step % checkpoint_every_steps == 0:
+          checkpoint()
+        if eval_every_steps and step % eval_every_steps == 0:
+          evaluate(step)
+      else:
+        position = {'epoch': position['epoch'] + 1, 'batch': 0}
+    bar.close()
+    checkpoint()
+    if eval_every_steps and int(state.step) % eval_every_steps:
+      evaluate(int(state.step))
+    save_params(state.params, run_dir / 'params.msgpack')
+  except (ValueError, FileNotFoundError) as e:
+    raise RuntimeError(f'training failed at step {int(state.step)}: {e}') from e
   summary = {'mode': mode, 'steps': int(state.step), 'epoch': position['epoch'],
              'batch_in_epoch': position['batch'], 'params': n_params,
              'minutes_this_session': (time.time() - start_time) / 60, 'stop_reason': stop_reason,
              'last_metrics': last, 'config': config_to_dict(model_config)}
-  prev = run_dir / 'summary.json'
-  if prev.exists() and restored is not None:
-    summary['minutes_previous_sessions'] = (json.loads(prev.read_text()).get('minutes_total', 0))
-  summary['minutes_total'] = summary['minutes_this_session'] + summary.get(
-      'minutes_previous_sessions', 0)
-  prev.write_text(json.dumps(summary, indent=2))
+  summary['minutes_previous_sessions'] = prior_s / 60
+  summary['minutes_total'] = summary['minutes_this_session'] + prior_s / 60
+  atomic.write_text(run_dir / 'summary.json', json.dumps(summary, indent=2))
   print(json.dumps(summary), flush=True)
   return summary
 
@@ -281,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       examples=('python -m specdec_jax.train --gin_file=configs/train/target_ende.gin',
                 'python -m specdec_jax.train --gin_file=configs/train/draft_ende.gin '
                 "--gin.train.max_minutes=10 --gin.train.run_dir=\"'runs/draft_try'\""),
-      parameters=flags.parameters_help(train, 'train', denylist=('overrides',)))
+      parameters=flags.parameters_help(train, 'train'))
   return flags.run_cli(
       f, 'specdec_jax.train',
       parse=lambda: flags.parse_gin(f.gin_files, f.bindings, f.search_paths),

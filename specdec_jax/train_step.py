@@ -41,7 +41,19 @@ def kl_to_teacher(student_logits, teacher_logits, weights):
 
 def make_schedule(learning_rate: float, warmup_steps: int, decay: str = 'rsqrt',
                   total_steps: int | None = None):
-  """Linear warm-up to `learning_rate`, then rsqrt decay (or cosine to `total_steps`, or constant)."""
+  """Linear warm-up to `learning_rate`, then rsqrt decay (or cosine to 10 % of the peak at
+  `total_steps`, or constant).
+
+  Raises:
+    ValueError: an unknown `decay`, or 'cosine' without `total_steps` (checked here, before
+      the schedule is traced).
+  """
+  if decay not in ('rsqrt', 'cosine', 'constant'):
+    raise ValueError(f'train.lr_decay: unknown decay {decay!r}; use rsqrt, cosine or constant.')
+  if decay == 'cosine' and not (isinstance(total_steps, int) and total_steps > 0):
+    raise ValueError(f"train.lr_decay='cosine' needs train.total_steps (the step the decay "
+                     f'ends at), got {total_steps!r}.')
+
   def schedule(step):
     step = jnp.asarray(step, jnp.float32) + 1.0
     warm = jnp.minimum(1.0, step / max(warmup_steps, 1))

@@ -193,18 +193,45 @@ def train_ende_vocabulary(output_prefix: str | os.PathLike, vocab_size: int = 80
   return train_sentencepiece(sentences, output_prefix, vocab_size)
 
 
-def load_vocabulary(path: str | os.PathLike, extra_ids: int = DEFAULT_EXTRA_IDS):
-  """`seqio.SentencePieceVocabulary` of the `.model` file at `path` (or a folder holding one)."""
-  seqio = import_seqio()
-  path = pathlib.Path(path)
-  if path.is_dir():
-    models = sorted(path.glob('*.model'))
+def load_vocabulary(path: str | os.PathLike | None, extra_ids: int = DEFAULT_EXTRA_IDS,
+                    binding: str = 'vocab_path'):
+  """`seqio.SentencePieceVocabulary` of a `.model` file (or a folder holding exactly one).
+
+  seqio (and with it TensorFlow) is imported with TensorFlow's C++ start-up log lines
+  dropped (`import_seqio`); without seqio (e.g. an accelerator image) the same ids come
+  from `SentencePieceVocab`.
+
+  Args:
+    path: the `.model` file or its folder.
+    extra_ids: sentinel ids appended (T5: 100).
+    binding: the setting that names `path`, for error messages.
+  Raises:
+    ValueError: no path, or a file SentencePiece cannot load.
+    FileNotFoundError: the file (or the one `.model` in the folder) does not exist.
+  """
+  if not path:
+    raise ValueError(f"No vocabulary: bind {binding}='/path/to/sentencepiece.model'.")
+  p = pathlib.Path(path)
+  if p.is_dir():
+    models = sorted(p.glob('*.model'))
     if len(models) != 1:
-      raise FileNotFoundError(f'Expected exactly one .model file in {path}, found {models}.')
-    path = models[0]
-  if not path.exists():
-    raise FileNotFoundError(f'SentencePiece model {str(path)!r} not found.')
-  return seqio.SentencePieceVocabulary(str(path), extra_ids=extra_ids)
+      raise FileNotFoundError(f'Expected one SentencePiece .model file in {str(p)!r} '
+                              f'({binding}), found {len(models)}.')
+    p = models[0]
+  if not p.is_file():
+    raise FileNotFoundError(f'SentencePiece model {str(p)!r} not found ({binding}); '
+                            f"bind {binding}='/path/to/sentencepiece.model'.")
+  try:
+    seqio = import_seqio()
+  except ImportError:
+    vocab = SentencePieceVocab(str(p), extra_ids=extra_ids)
+  else:
+    vocab = seqio.SentencePieceVocabulary(str(p), extra_ids=extra_ids)
+  try:
+    vocab.vocab_size  # Loads the model now, so a broken file fails before compiling.
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f'Cannot load SentencePiece model {str(p)!r}: {e}') from e
+  return vocab
 
 
 def load_processor(path: str | os.PathLike):

@@ -8,6 +8,7 @@ import statistics
 
 import numpy as np
 
+from specdec_jax import atomic
 from specdec_jax.bench.costs import predicted_speedup
 
 
@@ -216,7 +217,7 @@ def plot(res: dict, out_dir: pathlib.Path) -> None:
       ax.set_ylabel('speedup (tokens/s ratio)')
       ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(out_dir / 'speedup_vs_gamma.png', dpi=110)
+  atomic.write_with(out_dir / 'speedup_vs_gamma.png', lambda tmp: fig.savefig(tmp, dpi=110))
   plt.close(fig)
 
   labels, base_tps, best_tps = [], [], []
@@ -249,5 +250,5 @@ def plot(res: dict, out_dir: pathlib.Path) -> None:
   ax.set_ylabel('tokens / s')
   ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(out_dir / 'tokens_per_second.png', dpi=110)
+  atomic.write_with(out_dir / 'tokens_per_second.png', lambda tmp: fig.savefig(tmp, dpi=110))
   plt.close(fig)

@@ -53,7 +53,24 @@ def _predicted_speedup(base: Runner, spec: Runner, units: dict, gamma: int, alph
   return speedup, dict(base=pb, spec=ps)
 
 
+# The cost model's fields of a row: they hold for a fixed γ only.
+PREDICTION_KEYS = (
+    'c', 'v', 'a_spec', 'predicted_speedup', 'efficiency', 'predicted_speedup_rounds',
+    'efficiency_rounds', 'predicted_speedup_thm38', 'predicted_speedup_v', 'efficiency_thm38',
+    'efficiency_v', 'rounds_predicted', 'baseline_units_predicted_per_sentence',
+    'speculative_units_predicted_per_sentence', 'predicted_phases_per_sentence')
+
+
+def without_predictions(r: dict) -> dict:
+  """`r` with every cost-model field set to NaN (an adaptive policy's row: its draft
+  length varies per round, and the model is for a fixed γ)."""
+  return dict(r, **{k: float('nan') for k in PREDICTION_KEYS})
+
+
 def row(dname, bs, temp, base: Runner, spec: Runner, costs: dict) -> dict:
+  """One results row: baseline vs speculative `spec` (fixed γ) of one setting, measured
+  (times, tokens/s, speedup as the tokens/s ratio, α, statistics) and predicted (the cost
+  model of `bench/costs.py` with this run's `costs`, Theorem 3.8), with the efficiencies."""
   st = spec.stats
   alpha = ratio(sum(st['alpha_sum']), sum(st['alpha_count']))
   g = spec.gamma

@@ -159,12 +159,9 @@ class Runner:
 
 
 def config_dict(cfg) -> dict:
-  """A T5Config as JSON-ready dict (dtype by name)."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  d = dataclasses.asdict(cfg)
-  d['dtype'] = jnp.dtype(d['dtype']).name
-  d['mlp_activations'] = list(d['mlp_activations'])
-  return d
+  """A T5Config as JSON-ready dict (`models.config.to_dict`)."""
+  from specdec_jax.models import config as config_lib  # pylint: disable=g-import-not-at-top
+  return config_lib.to_dict(cfg)
 
 
 def machine() -> dict:

@@ -14,6 +14,7 @@ def is_ts_spec(x) -> bool:
 
 
 def is_leaf(x) -> bool:
+  """Whether `x` ends a path of a state dict: any non-dict, or a TensorStore spec dict."""
   return not isinstance(x, dict) or is_ts_spec(x)
 
 
@@ -30,6 +31,8 @@ def flatten(tree, prefix=()) -> list[tuple[tuple[str, ...], Any]]:
 
 
 def unflatten(items):
+  """The nested dict of `[(path tuple, leaf)]` (`flatten`'s inverse); an empty path is
+  the whole tree."""
   root: dict = {}
   for path, value in items:
     if not path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from typing import Any, Mapping
@@ -187,8 +188,9 @@ def save_orbax_checkpoint(params: PyTree, directory: str | os.PathLike, step: in
   `PyTreeCheckpointHandler(use_ocdbt=True)`, saving the state dict
   `{'target': params, 'state': {'step': int32[, 'param_states': ...]}}`, which
   that class's `restore` reads (for an `InferenceState`, exactly its
-  `state_dict()` tree). Orbax writes to a temporary folder and renames it when
-  complete.
+  `state_dict()` tree). Orbax writes into a staging folder beside the target, and
+  the finished `checkpoint_<step>` is renamed into place (an existing one, with
+  `overwrite`, is swapped out only then), so a failed save leaves the old checkpoint.
 
   Args:
     params: nested dict of arrays.
@@ -210,19 +212,27 @@ def save_orbax_checkpoint(params: PyTree, directory: str | os.PathLike, step: in
   state = state_dict(params, step, dtype, optimizer_state, 'optimizer_state')
   directory = os.path.abspath(os.fspath(directory))
   final = os.path.join(directory, f'checkpoint_{int(step)}')
-  if os.path.exists(final):
-    if not overwrite:
-      raise FileExistsError(f'{final} exists; pass overwrite=True to replace it.')
-    shutil.rmtree(final)
-  manager = ocp.CheckpointManager(
-      directory,
-      item_handlers={loc.STATE_DIR: ocp.PyTreeCheckpointHandler(use_ocdbt=use_ocdbt)},
-      options=ocp.CheckpointManagerOptions(step_prefix='checkpoint', create=True))
+  if os.path.exists(final) and not overwrite:
+    raise FileExistsError(f'{final} exists; pass overwrite=True to replace it.')
+  os.makedirs(directory, exist_ok=True)
+  staging = tempfile.mkdtemp(dir=directory, prefix=f'.checkpoint_{int(step)}.staging.')
   try:
-    manager.save(int(step),
-                 args=ocp.args.Composite(**{loc.STATE_DIR: ocp.args.PyTreeSave(state)}),
-                 force=True)
-    manager.wait_until_finished()
+    manager = ocp.CheckpointManager(
+        staging,
+        item_handlers={loc.STATE_DIR: ocp.PyTreeCheckpointHandler(use_ocdbt=use_ocdbt)},
+        options=ocp.CheckpointManagerOptions(step_prefix='checkpoint', create=True))
+    try:
+      manager.save(int(step),
+                   args=ocp.args.Composite(**{loc.STATE_DIR: ocp.args.PyTreeSave(state)}),
+                   force=True)
+      manager.wait_until_finished()
+    finally:
+      manager.close()
+    written = os.path.join(staging, f'checkpoint_{int(step)}')
+    if os.path.exists(final):
+      old = os.path.join(staging, 'replaced')
+      os.replace(final, old)
+    os.replace(written, final)
   finally:
-    manager.close()
+    shutil.rmtree(staging, ignore_errors=True)
   return final

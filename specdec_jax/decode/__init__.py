@@ -71,7 +71,7 @@ from specdec_jax.decode import t5x_gin  # noqa: F401
 from specdec_jax.decode.job import (METHODS, TRANSLATE_PREFIX, Prepared,  # noqa: F401
                                     _validate_settings, check_output_path, decode, prepare,
                                     register_configurables)
-from specdec_jax.decode.outputs import (_atomic_writer, _decode_batch,  # noqa: F401
+from specdec_jax.decode.outputs import (_decode_batch,  # noqa: F401
                                         print_summary, run_decode, summary_path_for)
 from specdec_jax.decode.cli import (EXIT_CONFIG_ERROR, EXIT_DEMO_PAIR_MISSING,  # noqa: F401
                                     EXIT_INTERRUPTED, main, parse_flags, parse_gin, run)

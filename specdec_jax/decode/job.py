@@ -16,10 +16,11 @@ from typing import Any, Optional
 import gin
 
 from specdec_jax import inputs as inputs_lib
+from specdec_jax import vocabulary
 from specdec_jax.decode import pair as pair_lib
 from specdec_jax.decode import t5x_gin
 
-TRANSLATE_PREFIX = 'translate English to German: '
+TRANSLATE_PREFIX = vocabulary.TRANSLATE_PREFIX  # the demo pair's task prefix
 METHODS = ('speculative', 'baseline')
 
 

@@ -15,18 +15,12 @@ import math
 import os
 import pathlib
 import sys
-import tempfile
 import time
 
+from specdec_jax import atomic
 from specdec_jax import flags
 from specdec_jax import inputs as inputs_lib
 from specdec_jax.decode.job import Prepared
-
-
-def _umask() -> int:
-  mask = os.umask(0)
-  os.umask(mask)
-  return mask
 
 
 def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):
@@ -63,22 +57,8 @@ def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):
   return np.asarray(decodes)[:, 0], out
 
 
-def _atomic_writer(path: pathlib.Path):
-  """(open text file, its temporary path) in `path`'s folder, mode 0666 & ~umask."""
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
-  try:
-    os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600 files whatever the umask.
-  except BaseException:
-    os.close(fd)
-    os.unlink(tmp)
-    raise
-  return os.fdopen(fd, 'w', encoding='utf-8'), pathlib.Path(tmp)
-
-
 def run_decode(p: Prepared) -> dict:
   """Steps 5–6: warm-up, decode every batch, write the outputs atomically, summarize."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
   from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   s = p.settings
   n_batches = inputs_lib.num_batches(len(p.examples), s['batch_size'])
@@ -96,7 +76,7 @@ def run_decode(p: Prepared) -> dict:
   writer = distributed.is_writer()  # Multi-process: every process decodes, process 0 writes.
   tmp_paths = []
   if writer:
-    out_file, tmp = _atomic_writer(p.output_path)
+    out_file, tmp = atomic.open_text(p.output_path)
     tmp_paths.append(tmp)
   else:
     out_file = open(os.devnull, 'w', encoding='utf-8')  # pylint: disable=consider-using-with
@@ -177,7 +157,7 @@ def run_decode(p: Prepared) -> dict:
     if not writer:
       return summary
     summary_path = summary_path_for(p.output_path)
-    sum_file, sum_tmp = _atomic_writer(summary_path)
+    sum_file, sum_tmp = atomic.open_text(summary_path)
     tmp_paths.append(sum_tmp)
     with sum_file:
       json.dump(summary, sum_file, indent=2, default=_json_default)
@@ -197,6 +177,7 @@ def run_decode(p: Prepared) -> dict:
 
 
 def summary_path_for(output_path) -> pathlib.Path:
+  """`<output_path>.summary.json`, where the job writes its summary."""
   output_path = pathlib.Path(output_path)
   return output_path.with_name(output_path.name + '.summary.json')
 
@@ -214,6 +195,7 @@ def _json_default(x):
 
 
 def print_summary(summary: dict, stream=None) -> None:
+  """Prints the job's summary dict as aligned `name  value` lines (stdout by default)."""
   stream = stream or sys.stdout
 
   def fmt(v, spec='.3f'):

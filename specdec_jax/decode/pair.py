@@ -62,18 +62,7 @@ def _as_config(value, what: str) -> Optional[T5Config]:
                    f'name or None, got {value!r}.')
 
 
-def _config_from_dict(d: dict, what: str) -> T5Config:
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  fields = {f.name for f in dataclasses.fields(T5Config)}
-  unknown = sorted(set(d) - fields)
-  if unknown:
-    raise ValueError(f'{what}: unknown T5Config fields {unknown}.')
-  d = dict(d)
-  if 'dtype' in d:
-    d['dtype'] = jnp.dtype(d['dtype']).type
-  if 'mlp_activations' in d:
-    d['mlp_activations'] = tuple(d['mlp_activations'])
-  return T5Config(**d)
+_config_from_dict = config_lib.from_dict
 
 
 def _pair_json_config(pair: dict, role: str, where: str) -> Optional[T5Config]:
@@ -161,39 +150,9 @@ def resolve_pair(pair_dir: Optional[str], *, target_config=None, draft_config=No
 
 
 def load_vocabulary(path: Optional[str], extra_ids: int = 100):
-  """`seqio.SentencePieceVocabulary` of a `.model` file (or a folder holding exactly one).
-
-  seqio (and with it TensorFlow) is imported with TensorFlow's C++ start-up log
-  lines dropped (`vocabulary.import_seqio`).
-
-  Raises:
-    ValueError: no path, or a file SentencePiece cannot load.
-    FileNotFoundError: the file (or the one `.model` in the folder) does not exist.
-  """
-  if not path:
-    raise ValueError("No vocabulary: bind decode.vocab_path='/path/to/sentencepiece.model'.")
-  p = pathlib.Path(path)
-  if p.is_dir():
-    models = sorted(p.glob('*.model'))
-    if len(models) != 1:
-      raise FileNotFoundError(f'Expected one SentencePiece .model file in {str(p)!r} '
-                              f'(decode.vocab_path), found {len(models)}.')
-    p = models[0]
-  if not p.is_file():
-    raise FileNotFoundError(f'SentencePiece model {str(p)!r} not found (decode.vocab_path); '
-                            "bind decode.vocab_path='/path/to/sentencepiece.model'.")
+  """`vocabulary.load_vocabulary` with errors naming `decode.vocab_path`."""
   from specdec_jax import vocabulary  # pylint: disable=g-import-not-at-top
-  try:
-    seqio = vocabulary.import_seqio()
-  except ImportError:  # e.g. an accelerator image without seqio / TensorFlow
-    vocab = vocabulary.SentencePieceVocab(str(p), extra_ids=extra_ids)
-  else:
-    vocab = seqio.SentencePieceVocabulary(str(p), extra_ids=extra_ids)
-  try:
-    vocab.vocab_size  # Loads the model now, so a broken file fails before compiling.
-  except Exception as e:  # pylint: disable=broad-except
-    raise ValueError(f'Cannot load SentencePiece model {str(p)!r}: {e}') from e
-  return vocab
+  return vocabulary.load_vocabulary(path, extra_ids, binding='decode.vocab_path')
 
 
 def check_checkpoint(path: Optional[str], role: str, binding: Optional[str] = None) -> None:

@@ -39,6 +39,7 @@ class DecoderCache:
 
   @property
   def batch_size(self) -> int:
+    """Rows of the cache (static)."""
     return self.self_k[0].shape[0]
 
 

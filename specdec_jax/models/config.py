@@ -114,3 +114,29 @@ def preset(name: str, **overrides) -> T5Config:
   if name not in PRESETS:
     raise KeyError(f'Unknown T5 preset {name!r}; known: {sorted(PRESETS)}.')
   return PRESETS[name].replace(**overrides)
+
+
+def to_dict(config: T5Config) -> dict[str, Any]:
+  """A `T5Config` as a JSON-ready dict (dtype by name, activations as a list)."""
+  d = dataclasses.asdict(config)
+  d['dtype'] = jnp.dtype(config.dtype).name
+  d['mlp_activations'] = list(config.mlp_activations)
+  return d
+
+
+def from_dict(d: dict[str, Any], what: str = 'config') -> T5Config:
+  """The `T5Config` of a dict written by `to_dict` (or a `pair.json` / `config.json`).
+
+  Raises:
+    ValueError: naming `what`, for fields `T5Config` does not have.
+  """
+  fields = {f.name for f in dataclasses.fields(T5Config)}
+  unknown = sorted(set(d) - fields)
+  if unknown:
+    raise ValueError(f'{what}: unknown T5Config fields {unknown}.')
+  d = dict(d)
+  if 'dtype' in d:
+    d['dtype'] = jnp.dtype(d['dtype']).type
+  if 'mlp_activations' in d:
+    d['mlp_activations'] = tuple(d['mlp_activations'])
+  return T5Config(**d)

@@ -13,7 +13,6 @@ element's bits from its own index).
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

@@ -11,7 +11,7 @@ caches to it inside the one compiled program (`constrain_cache`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import jax
 import numpy as np
