@@ -1,10 +1,10 @@
 """Per-phase profile of baseline vs speculative decoding on the demo pair (jax.profiler).
 
-    python scripts/profile_round.py [--sentences 8] [--gamma 3] [--temperature 0]
+    python scripts/profile_round.py [--sentences 8] [--gamma 3] [--batch_size 1] [--temperature 0]
         [--max_input_len 64] [--checkpoint_dtype float32] [--output_dir out/profile]      (from the repository root)
 
 Compiles `generate.t5_generate` (baseline) and `generate.t5_speculative_generate` for
-batch 1 on the first N Multi30K test_2016 sentences (with the pair's task prefix),
+batches of `--batch_size` (default 1) of the first N Multi30K test_2016 sentences (with the pair's task prefix),
 times one untraced pass of each (median of 3), then traces one pass with
 `jax.profiler` and attributes every XLA:CPU op's time to a phase through the op's
 HLO metadata: the named scopes `draft` and `verify` of `decoding.speculative_sample`
@@ -18,7 +18,9 @@ Phases: `encode` (encoders and cache set-up, once per call), `draft`, `verify`
 
 The tracer inflates op times and the two CPU threads overlap, so the table reports
 each phase's share of traced op time and that share of the untraced wall time, per
-round (speculative) or per token (baseline), also in units of one baseline step.
+round (speculative) or per loop step (baseline; at batch 1 one token), also in units of
+one baseline step. At batch > 1 both are loop iterations (a batch runs until its longest
+row ends; `tokens` then counts iterations, not emitted tokens).
 Writes profile.json and profile.md in the output folder (atomically) and prints the
 markdown. Used for the cost breakdown in BENCHMARKS.md.
 """
@@ -126,6 +128,7 @@ def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   ap.add_argument('--sentences', type=int, default=8)
   ap.add_argument('--gamma', type=int, default=3)
+  ap.add_argument('--batch_size', type=int, default=1)
   ap.add_argument('--temperature', type=float, default=0.0)
   ap.add_argument('--max_input_len', type=int, default=64,
                   help='inputs are padded to this length (Multi30K sentences fit in 64)')
@@ -135,8 +138,8 @@ def main(argv=None) -> int:
                        "'none' = as stored (bfloat16 for the demo pair)")
   ap.add_argument('--output_dir', default='out/profile')
   a = ap.parse_args(argv)
-  if a.sentences < 1 or a.gamma < 1 or a.temperature < 0:
-    ap.error('--sentences and --gamma must be >= 1 and --temperature >= 0.')
+  if a.sentences < 1 or a.gamma < 1 or a.batch_size < 1 or a.temperature < 0:
+    ap.error('--sentences, --gamma and --batch_size must be >= 1 and --temperature >= 0.')
 
   _, vocab, m = benchmark.load_pair(decode.DEMO_PAIR, None, None, None, None, None, 100,
                                        None if a.checkpoint_dtype == 'none'
@@ -144,7 +147,8 @@ def main(argv=None) -> int:
   records = benchmark.read_sentences(benchmark.DEFAULT_DATASETS[0][1], a.sentences)
   examples = inputs_lib.tokenize(records, vocab, prefix=decode.TRANSLATE_PREFIX,
                                  max_input_len=a.max_input_len)
-  inputs = [jnp.asarray(b.tokens) for b in inputs_lib.batches(examples, 1, a.max_input_len)]
+  inputs = [jnp.asarray(b.tokens)
+            for b in inputs_lib.batches(examples, a.batch_size, a.max_input_len)]
   kw = dict(eos_id=vocab.eos_id, temperature=a.temperature,
             decode_rng=jax.random.PRNGKey(0))
 
@@ -162,9 +166,11 @@ def main(argv=None) -> int:
     base_wall, base_t, base_outs = profile(base, inputs, False, tmp + '/base')
     spec_wall, spec_t, spec_outs = profile(spec, inputs, True, tmp + '/spec')
 
-  tokens = sum(len(inputs_lib.tokens_until_eos(np.asarray(o[0])[0, 0], vocab.eos_id))
-               for o in base_outs)
-  rounds = sum(int(np.asarray(o[2].target_calls)[0, 0]) for o in spec_outs)
+  # Loop iterations: a batch's baseline loop runs until its longest row ends, its
+  # speculative loop for its largest number of rounds (= target calls).
+  tokens = sum(max(len(inputs_lib.tokens_until_eos(r, vocab.eos_id))
+                   for r in np.asarray(o[0])[:, 0]) for o in base_outs)
+  rounds = sum(int(np.max(np.asarray(o[2].target_calls))) for o in spec_outs)
   identical = all(np.array_equal(np.asarray(b[0]), np.asarray(s[0]))
                   for b, s in zip(base_outs, spec_outs))
   base_total, spec_total = sum(base_t.values()), sum(spec_t.values())
@@ -189,7 +195,7 @@ def main(argv=None) -> int:
       speculative=rows(spec_t, spec_total, spec_wall, rounds, 'round'),
       machine=benchmark.machine())
 
-  md = [f'# Per-phase profile (demo pair, batch 1, γ={a.gamma}, T={a.temperature}, '
+  md = [f'# Per-phase profile (demo pair, batch {a.batch_size}, γ={a.gamma}, T={a.temperature}, '
         f'{len(inputs)} Multi30K sentences, max_input_len {a.max_input_len})', '',
         f'Command: `{res["command"]}`', '',
         f'Baseline {base_wall * 1e3:.1f} ms, speculative {spec_wall * 1e3:.1f} ms '
