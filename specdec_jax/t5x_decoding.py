@@ -41,10 +41,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax import decoding, generate, policies, sampling
+from specdec_jax import decoding, generate, loop_common, policies, sampling
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
-from specdec_jax.t5x_features import t5x_prompt_to_ours
+from specdec_jax.t5x_features import ours_prompt_to_t5x, t5x_prompt_to_ours
 
 DRAFT_KEY = 'draft'  # where SpeculativeEncoderDecoderModel keeps the draft in its params
 
@@ -130,19 +130,13 @@ def _per_row(value, batch: int, num_decodes: int):
 
 def _sort(decodes, log_probs, batch: int, num_decodes: int):
   """[B*n, 1, L], [B*n, 1] → [B, n, L], [B, n] sorted by log-prob ascending (as T5X)."""
-  decodes = decodes.reshape(batch, num_decodes, -1)
-  log_probs = log_probs.reshape(batch, num_decodes)
-  order = jnp.argsort(log_probs, axis=-1)
-  return (jnp.take_along_axis(decodes, order[..., None], axis=1),
-          jnp.take_along_axis(log_probs, order, axis=1))
+  return loop_common.sort_decodes(decodes, log_probs, batch, num_decodes)[:2]
 
 
 def _t5x_sequences(tokens_to_logits):
   """Presents `DecodingState.sequences` in T5X's layout (BOS at 0) to `tokens_to_logits`."""
-  def wrapped(state):
-    seq = state.sequences  # ours: decoder positions 1 … L
-    t5x_seq = jnp.concatenate([jnp.zeros_like(seq[:, :1]), seq[:, :-1]], axis=1)
-    return tokens_to_logits(state.replace(sequences=t5x_seq))
+  def wrapped(state):  # ours: decoder positions 1 … L
+    return tokens_to_logits(state.replace(sequences=ours_prompt_to_t5x(state.sequences)))
   return wrapped
 
 
