@@ -216,3 +216,18 @@ def test_memory_model_matches_measured_per_device_bytes(models, capsys):
     want = memory.kv_cache_bytes(plan, cfg, batch=4, enc_len=7, max_decode_len=MAX_LEN,
                                  gamma=GAMMA, role=role)
     assert (got['total'], got['max_per_device']) == (want['total'], want['per_device']), role
+
+
+@pytest.mark.slow
+def test_num_decodes_and_per_row_temperatures(models):
+  """num_decodes = 2 samples per input and a `[batch]` temperature (rows 0 and 2 greedy)
+  on (2, 4): the one-device samples, sorted the same way."""
+  tm, tp, dm, dp = models
+  plan = sharding.plan_from((2, 4))
+  temps = np.array([0.0, 1.0, 0.0], np.float32)
+  kw = dict(temperature=temps, decode_rng=KEY, num_decodes=2)
+  want = generate.t5_speculative_generate(tm, tp, dm, dp, tokens(3), MAX_LEN, GAMMA, **kw)
+  got = generate.t5_speculative_generate(tm, tp, dm, dp, tokens(3), MAX_LEN, GAMMA,
+                                         sharding_plan=plan, **kw)
+  assert got[0].shape == (3, 2, MAX_LEN)
+  assert_same(got, want)
