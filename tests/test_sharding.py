@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import pathlib
+import re
 import socket
 import subprocess
 import sys
@@ -99,8 +100,21 @@ def test_distributed_env_errors(monkeypatch):
     distributed.initialize_from_env()
 
 
-def test_decode_job_mesh_errors_before_loading(tmp_path):
+@pytest.mark.parametrize('bindings,message', [
+    (['--gin.decode.mesh_shape=(2, 4)'], r'decode\.mesh_shape=\(2, 4\) needs 8 devices but 1'),
+    (["--gin.decode.draft_sharding='like_target'"],
+     'decode.draft_sharding is set but decode.mesh_shape is None'),
+    (['--gin.decode.mesh_shape=(1, 1)', "--gin.decode.draft_sharding='sharded'"],
+     'decode.draft_sharding must be one of'),
+    (['--gin.decode.logical_axis_rules=@specdec_jax.standard_logical_axis_rules()',
+      "--gin.specdec_jax.standard_logical_axis_rules.additional_rules=(('mlp', 'tensor'),)"],
+     'standard_logical_axis_rules.additional_rules: each rule must be'),
+])
+def test_decode_job_sharding_errors_before_loading(tmp_path, capsys, bindings, message):
+  """Each bad sharding setting exits 2 with one line naming it; nothing is written."""
   from specdec_jax.decode import cli
-  code = cli.main(['--gin_file=configs/runs/decode.gin', '--gin.decode.mesh_shape=(2, 4)',
+  code = cli.main(['--gin_file=configs/runs/decode.gin', *bindings,
                    f"--gin.decode.output_path='{tmp_path / 'o.jsonl'}'"])
+  err = capsys.readouterr().err
   assert code == 2 and not list(tmp_path.iterdir())
+  assert re.search(message, err), err

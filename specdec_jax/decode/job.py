@@ -295,13 +295,18 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
 
 def _plan(s: dict):
   """The job's `ShardingPlan` (None without decode.mesh_shape); ValueError naming the binding."""
-  if s['mesh_shape'] is None:
-    return None
   from specdec_jax import sharding  # pylint: disable=g-import-not-at-top
+  if s['mesh_shape'] is None:
+    if s['draft_sharding'] != 'replicated' or s['logical_axis_rules'] is not None:
+      what = ('decode.draft_sharding' if s['draft_sharding'] != 'replicated'
+              else 'decode.logical_axis_rules')
+      raise ValueError(f'{what} is set but decode.mesh_shape is None (one device, nothing '
+                       'to shard): bind decode.mesh_shape=(data, model), or drop it.')
+    return None
   try:
     return sharding.plan_from(s['mesh_shape'], s['logical_axis_rules'], s['draft_sharding'])
-  except ValueError as e:
-    raise ValueError(f'decode.mesh_shape / logical_axis_rules / draft_sharding: {e}') from e
+  except ValueError as e:  # each message starts with the setting it is about
+    raise ValueError(f'decode.{e}') from e
 
 
 def _load_models(prepared: Prepared, configs, dtype, binding) -> None:

@@ -15,6 +15,7 @@ gives each CPU process N simulated devices.
 from __future__ import annotations
 
 import os
+import sys
 
 ENV_ADDRESS = 'JAX_COORDINATOR_ADDRESS'
 ENV_NUM = 'JAX_NUM_PROCESSES'
@@ -60,6 +61,9 @@ def initialize_from_env() -> bool:
   if num is not None and pid is not None and not 0 <= pid < num:
     raise ValueError(f'{ENV_ID}={pid} must be in [0, {ENV_NUM}={num}).')
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  print(f'jax.distributed: process {pid if pid is not None else "?"} of '
+        f'{num if num is not None else "?"}, waiting for all processes at '
+        f'{address or "the detected coordinator"} …', file=sys.stderr, flush=True)
   jax.distributed.initialize(coordinator_address=address, num_processes=num, process_id=pid)
   _initialized = True
   return True

@@ -41,7 +41,8 @@ def standard_logical_axis_rules(additional_rules: Sequence[tuple] = ()) -> Rules
           ('joined_kv', MODEL), ('kv', None), ('embed', None), ('length', None),
           ('relpos_buckets', None), ('abspos_buckets', None), ('layers', None),
           ('stack', None), ('mlp_activations', None))
-  return check_rules(tuple(additional_rules) + base, 'logical_axis_rules')
+  return check_rules(tuple(additional_rules) + base,
+                     'standard_logical_axis_rules.additional_rules')
 
 
 def check_rules(rules, what: str) -> Rules:
