@@ -7,7 +7,7 @@ Compiles `generate.t5_generate` (baseline) and `generate.t5_speculative_generate
 batches of `--batch_size` (default 1) of the first N Multi30K test_2016 sentences (with the pair's task prefix),
 times one untraced pass of each (median of 3), then traces one pass with
 `jax.profiler` and attributes every XLA:CPU op's time to a phase through the op's
-HLO metadata: the named scopes `draft` and `verify` of `decoding.speculative_sample`
+HLO metadata: the named scopes `draft`, `verify` and `accept` of `decoding.speculative_sample`
 and the Flax module names (mlp, self_attention, encoder_decoder_attention,
 logits_dense, Transformer.encode). Ops that XLA created without metadata (some dots)
 inherit the phase of their first labelled operand.

@@ -10,7 +10,8 @@ the same process, on the same tokenized inputs (each batch padded to the smalles
 before timing):
 
 * compilation is excluded: every program gets one warm-up call first (its time is
-  reported separately as `first_call_s`, and `compile_s ≈ first_call_s − median`);
+  reported separately as `first_call_s`, and `compile_s ≈ first_call_s − median / batches`,
+  the first call being one batch);
 * every timed call ends with `jax.block_until_ready`; `repeats` passes over all
   inputs are made, round-robin over the methods (so load drift hits all of them);
   times are the median of the passes, with min and max;

@@ -197,7 +197,8 @@ def predict(lengths_per_batch: Sequence[Sequence[int]], *, gamma: int,
   """The cost model, in target-step units, summed over batches.
 
   Args:
-    lengths_per_batch: per batch, the tokens each real row emitted (EOS included).
+    lengths_per_batch: per batch, the tokens each row emitted (EOS included), padding rows
+      too (they keep the loop running).
     gamma: γ.
     alpha: the measured α (ignored when `rounds_per_batch` is given).
     units: dict with c, v (this γ's), enc_target, enc_draft (per batch, in t1 units,

@@ -56,8 +56,8 @@ def load_folder(folder: str) -> dict[str, np.ndarray]:
 
   Raises:
     FileNotFoundError: no weight file, or a shard the index names is missing.
-    ValueError: the index names a key its shard lacks, or two shards hold the
-      same key with different values (both files named).
+    ValueError: the index lists a key no shard holds, or two shards hold the same
+      key with different values (both files named).
   """
   path = weight_file(folder)
   if not path.endswith('.index.json'):

@@ -67,7 +67,7 @@ def kv_cache_bytes(plan, config, *, batch: int, enc_len: int, max_decode_len: in
     batch, enc_len, max_decode_len: the decode's shapes; gamma: γ (0 for the baseline).
     num_decodes: samples per input (multiplies the cache's rows).
     role: 'target' or 'draft' (a replicated draft keeps every head on every device).
-    dtype: the cache dtype (the model's activation dtype).
+    dtype: the cache dtype (the model's activation dtype, `config.dtype`).
   """
   rows = padded_batch(batch, plan.data_size) * num_decodes
   heads, head_dim = config.num_heads, config.head_dim
@@ -77,7 +77,8 @@ def kv_cache_bytes(plan, config, *, batch: int, enc_len: int, max_decode_len: in
   heads_split = model if (heads % model == 0 and not (
       role == 'draft' and plan.draft == 'replicated')) else 1
   per_pos = 2 * config.num_decoder_layers * heads * head_dim * itemsize
-  total = per_pos * rows * (length + enc_len) + rows * enc_len * 4  # + cross_bias (f32)
+  bias = enc_len * itemsize  # cross_bias [rows, 1, 1, enc_len], per row
+  total = per_pos * rows * (length + enc_len) + rows * bias
   per = (per_pos * (rows // plan.data_size) * (length + enc_len) // heads_split
-         + (rows // plan.data_size) * enc_len * 4)
+         + (rows // plan.data_size) * bias)
   return {'total': total, 'per_device': per}

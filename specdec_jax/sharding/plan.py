@@ -11,6 +11,7 @@ caches to it inside the one compiled program (`constrain_cache`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional, Sequence
 
 import jax
@@ -102,11 +103,10 @@ class ShardingPlan:
   def param_shardings(self, config, role: str = 'target'):
     """Tree of `NamedSharding`s matching `t5.init_params(config)`, from `t5.params_axes`.
 
-    `role` 'draft' replicates every param when `draft == 'replicated'`.
+    `role` 'draft' replicates every param when `draft == 'replicated'`. Cached per
+    (plan, config, role): the sharded decoders ask for it on every call.
     """
-    from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
-    shapes = jax.eval_shape(lambda: t5.init_params(config, jax.random.PRNGKey(0), 2, 2))
-    return self.shardings_for_axes(t5.params_axes(config), shapes, role)
+    return _param_shardings(self, config, role)
 
   def shardings_for_axes(self, axes, params, role: str = 'target'):
     """`NamedSharding`s for `params` (arrays or `ShapeDtypeStruct`s) from their logical
@@ -142,6 +142,13 @@ class ShardingPlan:
     return {'mesh_shape': dict(self.mesh.shape), 'rules': [list(r) for r in self.rules],
             'draft_sharding': self.draft, 'devices': int(self.mesh.size),
             'processes': int(jax.process_count())}
+
+
+@functools.lru_cache(maxsize=32)
+def _param_shardings(plan: ShardingPlan, config, role: str):
+  from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
+  shapes = jax.eval_shape(lambda: t5.init_params(config, jax.random.PRNGKey(0), 2, 2))
+  return plan.shardings_for_axes(t5.params_axes(config), shapes, role)
 
 
 def plan_from(mesh_shape: Optional[Sequence[int]], logical_axis_rules=None,
