@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax import atomic, benchmark, decode, generate
+from specdec_jax import atomic, benchmark, decode, generate, xla_options
 from specdec_jax import inputs as inputs_lib
 
 LINE = re.compile(r'\s*(?:ROOT )?%?([\w.\-]+) = [^(]*?(?:\w+)\((.*?)\)(.*)$')
@@ -97,7 +97,7 @@ def phase(op: str, speculative: bool) -> str:
 
 def profile(fn, inputs, speculative: bool, trace_dir: str):
   """Untraced wall time (median of 3 passes), per-phase op time and the stats."""
-  compiled = jax.jit(fn).lower(inputs[0]).compile()
+  compiled = xla_options.jit(fn).lower(inputs[0]).compile()  # as generate.py compiles
   labels = hlo_op_names(compiled.as_text())
   outs = [jax.block_until_ready(compiled(x)) for x in inputs]
   walls = []

@@ -55,12 +55,13 @@ from specdec_jax import atomic
 from specdec_jax import decode as decode_lib
 from specdec_jax import flags
 from specdec_jax import inputs as inputs_lib
+from specdec_jax import jsonio
 from specdec_jax.bench import costs as costs_lib
 from specdec_jax.bench import hf_peer as hf_peer_lib
 from specdec_jax.bench import report
 from specdec_jax.bench import rows as rows_lib
 from specdec_jax.bench.costs import predicted_speedup  # noqa: F401  (re-exported)
-from specdec_jax.bench.runner import (Models, Runner, config_dict, json_default,  # noqa: F401
+from specdec_jax.bench.runner import (Models, Runner, config_dict,  # noqa: F401
                                       load_pair, machine, ratio, read_sentences, stats)
 
 DEFAULT_DATASETS = (
@@ -298,7 +299,7 @@ def benchmark(output_dir: str = 'out/benchmark',
              if r['temperature'] == 0.0]
   results['identical_at_t0'] = (all(r['identical'] for r in t0_rows) if t0_rows else None)
   results['total_wall_s'] = time.perf_counter() - t_start
-  atomic.write_text(out_dir / 'results.json', json.dumps(results, indent=2, default=json_default))
+  atomic.write_text(out_dir / 'results.json', json.dumps(results, indent=2, default=jsonio.default))
   atomic.write_text(out_dir / 'results.md', report.markdown(results))
   report.plot(results, out_dir)
   print(f'wrote {out_dir}/results.json, results.md, speedup_vs_gamma.png, '

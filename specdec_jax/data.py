@@ -149,26 +149,38 @@ def read_target_ids(path: str | os.PathLike) -> list[list[int]]:
 def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int = 128,
                  buckets: Sequence[int] = (32, 48), seed: int = 0,
                  data_dir: str | os.PathLike | None = None, limit: int | None = None,
-                 targets_path: str | os.PathLike | None = None) -> BucketedDataset:
+                 targets_path: str | os.PathLike | Sequence[str | os.PathLike] | None = None
+                 ) -> BucketedDataset:
   """Reads, tokenizes and buckets a shared-data EN→DE split.
 
   With `targets_path` (a file of token-id lines aligned with the split's sources, e.g.
   a target model's greedy outputs for sequence-level distillation) those ids replace
-  the gold German side (EOS appended here).
+  the gold German side (EOS appended here). A sequence of such files (e.g. the
+  target's greedy and its sampled outputs) gives one example per source and file:
+  the sources are repeated once per file, and an epoch covers all of them.
 
   Raises:
-    ValueError: `targets_path` has a different number of lines than the split.
+    ValueError: a `targets_path` file has a different number of lines than the split,
+      or the sequence is empty.
   """
   src, tgt = read_parallel(split, data_dir, limit=limit)
   if targets_path is None:
-    targets = encode_targets(processor, tgt)
-  else:
-    ids = read_target_ids(targets_path)
+    return BucketedDataset(encode_inputs(processor, src), encode_targets(processor, tgt),
+                           batch_size, tuple(buckets), seed)
+  paths = ([targets_path] if isinstance(targets_path, (str, os.PathLike))
+           else list(targets_path))
+  if not paths:
+    raise ValueError('targets_path is an empty sequence: give one token-id file or more, '
+                     'or None for the gold targets.')
+  inputs, targets = [], []
+  encoded = encode_inputs(processor, src)
+  for path in paths:
+    ids = read_target_ids(path)
     if limit is not None:
       ids = ids[:limit]
     if len(ids) != len(src):
-      raise ValueError(f'targets_path {targets_path} has {len(ids)} lines but {split} has '
+      raise ValueError(f'targets_path {path} has {len(ids)} lines but {split} has '
                        f'{len(src)} sources; regenerate it for this split.')
-    targets = [x + [EOS_ID] for x in ids]
-  return BucketedDataset(encode_inputs(processor, src), targets, batch_size, tuple(buckets),
-                         seed)
+    inputs += encoded
+    targets += [x + [EOS_ID] for x in ids]
+  return BucketedDataset(inputs, targets, batch_size, tuple(buckets), seed)

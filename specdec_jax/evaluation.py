@@ -34,8 +34,9 @@ def _length_bucket(n: int, buckets: Sequence[int]) -> int:
 
 def greedy_batches(model, params, inputs: Sequence[Sequence[int]], *, batch_size: int = 128,
                    max_decode_len: int = 64, input_buckets: Sequence[int] = (32, 48, 64),
-                   sort_by_length: bool = True) -> Iterator[tuple[list[int], np.ndarray]]:
-  """Greedy decodes of tokenized inputs, yielded batch by batch.
+                   sort_by_length: bool = True, temperature: float = 0.0,
+                   seed: int = 0) -> Iterator[tuple[list[int], np.ndarray]]:
+  """Greedy (or, with `temperature > 0`, sampled) decodes of tokenized inputs, batch by batch.
 
   Args:
     model, params: a `t5.Transformer` (dropout off) and its params.
@@ -47,6 +48,10 @@ def greedy_batches(model, params, inputs: Sequence[Sequence[int]], *, batch_size
       truncated to it (its final EOS kept).
     sort_by_length: decode sentences of similar length together (faster; the
       results are yielded with their original indices either way).
+    temperature: 0 for greedy decoding; > 0 samples from the full softmax at that
+      temperature (no top-k / top-p), batch `j` with `jax.random.fold_in(PRNGKey(seed), j)`,
+      so a run is reproducible for a given order and batch size.
+    seed: the sampling seed (unused at temperature 0).
   Yields:
     `(indices, decodes)`: the input indices of the batch's real rows and their
     decodes, int32 `[len(indices), max_decode_len]`.
@@ -55,13 +60,15 @@ def greedy_batches(model, params, inputs: Sequence[Sequence[int]], *, batch_size
   order = (sorted(range(len(inputs)), key=lambda i: len(inputs[i])) if sort_by_length
            else list(range(len(inputs))))
   buckets = tuple(sorted(input_buckets))
-  for s in range(0, len(order), batch_size):
+  import jax  # pylint: disable=g-import-not-at-top
+  for j, s in enumerate(range(0, len(order), batch_size)):
     idx = order[s:s + batch_size]
     chunk = [inputs[i] for i in idx] + [[EOS_ID]] * (batch_size - len(idx))
     length = _length_bucket(max(len(x) for x in chunk), buckets)
     enc = data_lib.pad_batch(chunk, length)
-    decodes, _ = generate.t5_generate(model, params, enc, max_decode_len, eos_id=EOS_ID,
-                                      temperature=0.0)
+    decodes, _ = generate.t5_generate(
+        model, params, enc, max_decode_len, eos_id=EOS_ID, temperature=float(temperature),
+        decode_rng=jax.random.fold_in(jax.random.PRNGKey(seed), j))
     yield idx, np.asarray(decodes[:len(idx), 0])
 
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax import decoding, policies, sampling
+from specdec_jax import decoding, policies, sampling, xla_options
 from specdec_jax.models import t5
 
 
@@ -38,7 +38,7 @@ def _check_tokens(encoder_input_tokens, max_decode_len):
                      f'{jnp.shape(encoder_input_tokens)}.')
 
 
-@functools.partial(jax.jit, static_argnames=(
+@xla_options.jit(static_argnames=(
     'model', 'max_decode_len', 'eos_id', 'num_decodes', 'topk', 'topp', 'static_temperature',
     'max_decode_steps', 'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'sharding_plan'))
 def _generate(model, params, encoder_input_tokens, decoder_prompt, decode_rng, temperature,
@@ -134,7 +134,7 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
                    decode_rng, jnp.asarray(temperature, jnp.float32), **static)
 
 
-@functools.partial(jax.jit, static_argnames=(
+@xla_options.jit(static_argnames=(
     'target_model', 'draft_model', 'max_decode_len', 'gamma', 'eos_id', 'num_decodes',
     'topk', 'topp', 'static_temperature', 'max_decode_steps', 'real_vocab_size',
     'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'draft_policy', 'sharding_plan'))

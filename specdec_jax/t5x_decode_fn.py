@@ -30,7 +30,7 @@ def _run_decode_fn(model, params, encoder_input_tokens, prompt, dynamic_kwargs, 
                                {**dict(static_kwargs), **dynamic_kwargs})
 
 
-def _unwrapped(fn):
+def unwrapped(fn):
   """The function under gin's configurable wrapper / functools.partial layers."""
   while True:
     if isinstance(fn, functools.partial):
@@ -90,7 +90,7 @@ class T5XDecodeFnMixin:
   def _decode_with_fn(self, params, encoder_input_tokens, decoder_input_tokens, rng,
                       decoder_params, num_decodes, prompt_with_targets):
     kwargs = self._decode_fn_kwargs(decoder_params, rng)
-    if _unwrapped(self.decode_fn) is t5x_decoding.speculative_sample:
+    if unwrapped(self.decode_fn) is t5x_decoding.speculative_sample:
       # The draft goes in as an argument: params['draft'], else the constructor's
       # (split_params refuses that inside a trace, where it would be a constant).
       target_params, draft_params = self.split_params(params)

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax import baseline, generate, policies, sampling, t5x_decoding
-from specdec_jax.t5x_decode_fn import T5XDecodeFnMixin, _unwrapped
+from specdec_jax.t5x_decode_fn import T5XDecodeFnMixin, unwrapped
 from specdec_jax.t5x_draft_params import DraftParamsMixin
 from specdec_jax.t5x_base import HAS_T5X, Base, DecoderParams, StandaloneEncoderDecoderModel  # noqa: F401
 from specdec_jax.t5x_features import PACKING_KEYS, check_batch, decoder_prompt_inputs, t5x_prompt_to_ours
@@ -133,7 +133,7 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
                rescale_log_probs: bool = True, draft_params_dtype=None, draft_policy=None):
     _require_t5_module(module, 'module')
     _require_t5_module(draft_module, 'draft_module')
-    if decode_fn is not None and _unwrapped(decode_fn) is baseline.temperature_sample:
+    if decode_fn is not None and unwrapped(decode_fn) is baseline.temperature_sample:
       raise ValueError(
           'decode_fn=specdec_jax.decoding.temperature_sample takes prompts without T5X\'s '
           'leading BOS; a model\'s decode_fn gets T5X\'s layout. Use '

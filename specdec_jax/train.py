@@ -132,14 +132,16 @@ def train(run_dir: str = gin.REQUIRED,
           seed: int = 0,
           limit_examples: int | None = None,
           optimizer: str = 'adamw',
-          targets_path: str | None = None,
+          targets_path: str | Sequence[str] | None = None,
           eval_every_steps: int = 0,
           eval_split: str = 'ende/multi30k/val',
           eval_examples: int = 500) -> dict:
   """Trains one model; returns a summary dict (also written to `<run_dir>/summary.json`).
 
   `targets_path` replaces the gold German side by token-id lines (sequence-level
-  distillation on a target's greedy outputs, written by `specdec_jax.distill_data`).
+  distillation on a target's greedy or sampled outputs, written by
+  `specdec_jax.distill_data`); a tuple of such files trains on all of them (each
+  source once per file).
   With `eval_every_steps > 0`, the first `eval_examples` sentences of `eval_split`
   are translated greedily every that many steps (and at the end) and their sacreBLEU
   is logged as `dev_bleu` in `train_log.jsonl`.

@@ -170,3 +170,43 @@ def test_short_draft_cache_is_rejected(pair):
                                 t5.make_step_fn(pair.model, pair.params), dc,
                                 t5.make_step_fn(pair.draft_model, pair.draft_params),
                                 eos_id=1, gamma=2, vocab_size=64)
+
+
+def _cache_copies(jitted, pair, policy):
+  """Copies of a target self-attention cache leaf in the compiled adaptive program."""
+  import re  # pylint: disable=g-import-not-at-top
+  from specdec_jax import policies  # pylint: disable=g-import-not-at-top
+  gamma, max_len = 3, 16
+  tok = jnp.asarray(ENC[:1])
+  text = jitted.lower(
+      pair.model, pair.params, pair.draft_model, pair.draft_params, tok, tok,
+      jnp.zeros((1, max_len), jnp.int32), jax.random.PRNGKey(0), jnp.float32(0.0), topp=0.0,
+      max_decode_len=max_len, gamma=gamma, eos_id=1, num_decodes=1, topk=0,
+      static_temperature=0.0, max_decode_steps=None, real_vocab_size=None,
+      rescale_log_probs=True, prompt_free=True, per_row_greedy=False,
+      draft_policy=policies.as_policy(policy)).compile().as_text()
+  cfg = pair.config
+  shape = f'f32[1,{cfg.num_heads},{generate.cache_length(max_len, gamma)},{cfg.head_dim}]'
+  # The while bodies' computations (`body=%name` of each `while`), then their copies.
+  bodies = set(re.findall(r'\bwhile\(.*?body=%?([\w.\-]+)', text))
+  assert bodies, 'no while loop in the compiled program'
+  copies, current = 0, None
+  for line in text.split('\n'):
+    head = re.match(r'^(?:ENTRY )?%?([\w.\-]+) [(].*[{]$', line)
+    if head:
+      current = head.group(1)
+    elif current in bodies and re.search(re.escape(shape) + r'\{[0-9,]*\} copy\(', line):
+      copies += 1
+  return copies
+
+
+def test_adaptive_round_updates_the_caches_in_place(pair):
+  """The `lax.switch` over verify widths must not copy the target's KV caches each round:
+  the decoders compile with region-analysis copy insertion on CPU (`xla_options`), and
+  the same program under plain `jax.jit` shows the copies this test would catch."""
+  from specdec_jax import xla_options  # pylint: disable=g-import-not-at-top
+  if not xla_options._SUPPORTED or jax.default_backend() != 'cpu':  # pylint: disable=protected-access
+    pytest.skip('compiler options need jax.jit(compiler_options=) on the CPU backend')
+  fn = generate._speculative_generate  # pylint: disable=protected-access
+  assert _cache_copies(fn._plain, pair, 'heuristic') > 0  # pylint: disable=protected-access
+  assert _cache_copies(fn, pair, 'heuristic') == 0

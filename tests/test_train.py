@@ -170,3 +170,82 @@ def test_shipped_demo_pair_loads():
     params = checkpoints.load_t5x_checkpoint(root / role, config=config)
     t5.check_params(params, config)
     assert train_lib.param_count(params) == pair[role]['params']
+
+
+def _tiny_split(tmp_path, n=6):
+  """A 6-pair split `toy/train` under a data dir of its own."""
+  root = tmp_path / 'data'
+  (root / 'toy').mkdir(parents=True)
+  (root / 'toy/train.en').write_text('\n'.join(SENTENCES[0:2 * n:2]) + '\n')
+  (root / 'toy/train.de').write_text('\n'.join(SENTENCES[1:2 * n:2]) + '\n')
+  return root
+
+
+def test_dataset_from_several_target_files(tmp_path):
+  sp = vocabulary.load_processor(SHIPPED_VOCAB)
+  root = _tiny_split(tmp_path)
+  (tmp_path / 'a.ids').write_text(''.join(f'{10 + i} 11\n' for i in range(6)))
+  (tmp_path / 'b.ids').write_text(''.join(f'{20 + i}\n' for i in range(6)))
+  ds = data_lib.load_dataset(sp, 'toy/train', batch_size=4, buckets=(32,), data_dir=root,
+                             targets_path=(tmp_path / 'a.ids', str(tmp_path / 'b.ids')))
+  assert len(ds.inputs) == len(ds.targets) == 12  # each source once per file
+  assert ds.inputs[:6] == ds.inputs[6:]
+  assert ds.targets[0] == [10, 11, 1] and ds.targets[6] == [20, 1]
+  one = data_lib.load_dataset(sp, 'toy/train', batch_size=4, buckets=(32,), data_dir=root,
+                              targets_path=tmp_path / 'a.ids')
+  assert one.targets == ds.targets[:6]
+  (tmp_path / 'short.ids').write_text('5\n')
+  with pytest.raises(ValueError, match='short.ids has 1 lines but toy/train has 6'):
+    data_lib.load_dataset(sp, 'toy/train', data_dir=root,
+                          targets_path=(tmp_path / 'a.ids', tmp_path / 'short.ids'))
+  with pytest.raises(ValueError, match='empty sequence'):
+    data_lib.load_dataset(sp, 'toy/train', data_dir=root, targets_path=())
+
+
+def test_distill_data_greedy_and_sampled(tmp_path):
+  """Greedy distillation data is the baseline decoder's argmax output; sampled data is
+  reproducible per seed and differs from greedy on an untrained (high-entropy) model."""
+  from specdec_jax import distill_data as distill_lib
+  from specdec_jax import evaluation
+  from specdec_jax import run_files
+  root = _tiny_split(tmp_path)
+  cfg = TINY.replace(vocab_size=8192)
+  params = t5.init_params(cfg, jax.random.PRNGKey(0))
+  run = tmp_path / 'run'
+  run.mkdir()
+  (run / 'config.json').write_text(__import__('json').dumps(train_lib.config_to_dict(cfg)))
+  run_files.save_params(params, run / 'params.msgpack')
+  common = dict(target_run=str(run), split='toy/train', vocab_path=str(SHIPPED_VOCAB),
+                data_dir=str(root), batch_size=4, max_decode_len=8)
+  greedy = distill_lib.distill_data(output_path=str(tmp_path / 'g.ids'), **common)
+  assert greedy['sentences'] == 6 and 'greedy' in greedy['decoder']
+  g = data_lib.read_target_ids(tmp_path / 'g.ids')
+  sp = vocabulary.load_processor(SHIPPED_VOCAB)
+  src, _ = data_lib.read_parallel('toy/train', root)
+  expect = [None] * 6
+  for idx, rows in evaluation.greedy_batches(t5.Transformer(cfg), params,
+                                             data_lib.encode_inputs(sp, src), batch_size=4,
+                                             max_decode_len=8, sort_by_length=False):
+    for i, r in zip(idx, rows):
+      expect[i] = evaluation.ids_until_eos(r)
+  assert g == expect
+  s1 = distill_lib.distill_data(output_path=str(tmp_path / 's1.ids'), temperature=1.0, seed=3,
+                                **common)
+  distill_lib.distill_data(output_path=str(tmp_path / 's2.ids'), temperature=1.0, seed=3,
+                           **common)
+  assert 'sampled, temperature 1.0, seed 3' in s1['decoder']
+  s = data_lib.read_target_ids(tmp_path / 's1.ids')
+  assert s == data_lib.read_target_ids(tmp_path / 's2.ids')  # same seed, same samples
+  assert s != g  # an untrained 8k-vocabulary model samples far from its argmax
+  with pytest.raises(ValueError, match='distill_data.temperature must be >= 0'):
+    distill_lib.distill_data(output_path=str(tmp_path / 'x.ids'), temperature=-1.0, **common)
+
+
+def test_distill_data_cli_errors(tmp_path):
+  """Bad settings exit 2 naming the setting; a failure inside the run is not one of them."""
+  from specdec_jax import distill_data as distill_lib
+  run = ['--gin.distill_data.target_run="runs/none"', f'--gin.distill_data.output_path="{tmp_path}/x"']
+  assert distill_lib.main(run + ['--gin.distill_data.batch_size=0']) == 2
+  assert distill_lib.main(run + ['--gin.distill_data.temperature=-0.5']) == 2
+  assert distill_lib.main(run) == 2  # no such run: FileNotFoundError before decoding
+  assert not list(tmp_path.iterdir())

@@ -169,7 +169,7 @@ def loop_overheads(batch: int, vocab_size: int, max_decode_len: int, gammas, tem
   """
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from specdec_jax import decoding  # pylint: disable=g-import-not-at-top
+  from specdec_jax import decoding, xla_options  # pylint: disable=g-import-not-at-top
   step = _null_step(vocab_size, eos_id)
   prompt = jnp.zeros((batch, max_decode_len), jnp.int32)
   cache = jnp.zeros((batch,), jnp.float32)
@@ -178,14 +178,14 @@ def loop_overheads(batch: int, vocab_size: int, max_decode_len: int, gammas, tem
   key = jax.random.PRNGKey(0)
   out = {'spec_round_s': {}}
   for g in gammas:
-    fn = jax.jit(lambda t, g=g: decoding.speculative_sample(
+    fn = xla_options.jit(lambda t, g=g: decoding.speculative_sample(
         prompt, cache, step, cache, step, eos_id, g, vocab_size, decode_rng=key,
         temperature=0.0 if greedy else t, topk=0, prompt_free=True,
         per_row_greedy=False)[2].target_calls)
     rounds = int(np.max(np.asarray(fn(temp))))
     out['spec_round_s'][str(g)] = _median_time(lambda fn=fn: fn(temp), iters) / max(rounds, 1)
   tokens_to_logits = decoding.tokens_to_logits_from_step_fn(step)
-  base = jax.jit(lambda t: decoding.temperature_sample(
+  base = xla_options.jit(lambda t: decoding.temperature_sample(
       prompt, cache, tokens_to_logits, eos_id, decode_rng=key,
       temperature=0.0 if greedy else t, topk=0, prompt_free=True, per_row_greedy=False)[0])
   out['base_step_s'] = _median_time(lambda: base(temp), iters) / max_decode_len

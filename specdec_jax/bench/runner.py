@@ -182,13 +182,3 @@ def machine() -> dict:
     except ImportError:
       m[mod] = None
   return m
-
-
-def json_default(x):
-  if isinstance(x, np.ndarray):
-    return x.tolist()
-  if isinstance(x, (np.integer,)):
-    return int(x)
-  if isinstance(x, (np.floating,)):
-    return float(x)
-  return str(x)

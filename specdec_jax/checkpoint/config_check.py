@@ -44,7 +44,8 @@ def name(path: Iterable[str]) -> str:
   return '/'.join(str(p) for p in path)
 
 
-def _listed(label: str, lines: list[str]) -> list[str]:
+def listed(label: str, lines: list[str]) -> list[str]:
+  """`  label (N):` and up to `_SHOWN` indented lines, then `... and M more` (error lists)."""
   if not lines:
     return []
   out = [f'  {label} ({len(lines)}):'] + [f'    {line}' for line in lines[:_SHOWN]]
@@ -106,12 +107,12 @@ def check_against_config(found: Iterable[tuple[tuple[str, ...], Any]], config: T
   count = len(missing) + len(unexpected) + len(not_arrays) + len(mismatched)
   lines = [f'The params (`target`) of the checkpoint at {where!r} do not match the T5Config '
            f'({count} problem{"s" * (count != 1)}):']
-  lines += _listed('missing', [f'{name(p)} (expected shape {expected[p]})' for p in missing])
-  lines += _listed('unexpected', [
+  lines += listed('missing', [f'{name(p)} (expected shape {expected[p]})' for p in missing])
+  lines += listed('unexpected', [
       f'{name(p)} ({got[p]})' if isinstance(got[p], str) else
       f'{name(p)} (shape {got[p]})' if got[p] is not None else name(p) for p in unexpected])
-  lines += _listed('not arrays', [f'{name(p)} is {got[p]}' for p in not_arrays])
-  lines += _listed('shape', [f'{name(p)} has shape {got[p]} but the T5Config expects '
+  lines += listed('not arrays', [f'{name(p)} is {got[p]}' for p in not_arrays])
+  lines += listed('shape', [f'{name(p)} has shape {got[p]} but the T5Config expects '
                              f'{expected[p]}' for p in mismatched])
   hints = _hints(set(missing), set(unexpected), got)
   if mismatched:

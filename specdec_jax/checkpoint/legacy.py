@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
+from specdec_jax import jsonio
 from specdec_jax.checkpoint import locations as loc
 from specdec_jax.checkpoint import tree as tree_lib
 from specdec_jax.checkpoint.config_check import check_against_config
@@ -41,17 +42,9 @@ def state_dict_of(contents: Mapping[str, Any], where: str) -> Mapping[str, Any]:
                    "hold neither 'optimizer', '_optimizer' nor 'target'.")
 
 
-def json_default(x):
-  if isinstance(x, np.ndarray):
-    return x.tolist()
-  if isinstance(x, np.generic):
-    return x.item()
-  raise TypeError(f'not JSON serialisable: {type(x).__name__}')
-
-
 def resolve_kvstore(spec: dict, ckpt_dir: str) -> dict:
   """A copy of a T5X TensorStore spec with its relative path made absolute."""
-  spec = json.loads(json.dumps(spec, default=json_default))
+  spec = json.loads(json.dumps(spec, default=jsonio.strict_default))
   kvstore = spec.get('kvstore')
   if isinstance(kvstore, str):  # Already a URL.
     return spec

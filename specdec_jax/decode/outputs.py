@@ -20,6 +20,7 @@ import time
 from specdec_jax import atomic
 from specdec_jax import flags
 from specdec_jax import inputs as inputs_lib
+from specdec_jax import jsonio
 from specdec_jax.decode.job import Prepared
 
 
@@ -160,7 +161,7 @@ def run_decode(p: Prepared) -> dict:
     sum_file, sum_tmp = atomic.open_text(summary_path)
     tmp_paths.append(sum_tmp)
     with sum_file:
-      json.dump(summary, sum_file, indent=2, default=_json_default)
+      json.dump(summary, sum_file, indent=2, default=jsonio.default)
       sum_file.write('\n')
     os.replace(tmp, p.output_path)
     os.replace(sum_tmp, summary_path)
@@ -186,12 +187,6 @@ def _devices() -> str:
   import jax  # pylint: disable=g-import-not-at-top
   devs = jax.devices()
   return f'{len(devs)} x {devs[0].device_kind}' if devs else 'none'
-
-
-def _json_default(x):
-  if hasattr(x, 'item'):
-    return x.item()
-  return str(x)
 
 
 def print_summary(summary: dict, stream=None) -> None:

@@ -222,10 +222,9 @@ def read_model_gin(decode_bindings: Optional[dict] = None) -> ModelGin:
 
 def _method(model, bound_method) -> str:
   """'speculative' / 'baseline' from MODEL.decode_fn (and a bound decode.method)."""
+  from specdec_jax import t5x_decode_fn  # pylint: disable=g-import-not-at-top
   fn = model.decode_fn
-  base = fn
-  while hasattr(base, '__wrapped__'):  # gin's wrapper of an external configurable
-    base = base.__wrapped__
+  base = t5x_decode_fn.unwrapped(fn)  # under gin's wrapper / functools.partial layers
   ours = str(getattr(base, '__module__', '')).startswith('specdec_jax.')
   name = getattr(base, '__name__', None)
   if fn is None or (ours and name == 'speculative_sample'):

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from specdec_jax.checkpoint.config_check import expected_shapes
+from specdec_jax.checkpoint.config_check import expected_shapes, listed
 from specdec_jax.models.config import T5Config
 
 Path = tuple  # A T5X param path, e.g. ('decoder', 'logits_dense', 'kernel').
@@ -41,7 +41,6 @@ HF_IGNORED = {
         "unused: transformers' T5 ignores it on load and T5X's cross-attention has no "
         'position bias',
 }
-_SHOWN = 20
 
 
 def name(path: Path) -> str:
@@ -143,10 +142,7 @@ class _Problems:
     count = sum(len(v) for v in self.sections.values())
     lines = [f'{title} ({count} problem{"s" * (count != 1)}):']
     for section, items in self.sections.items():
-      lines.append(f'  {section} ({len(items)}):')
-      lines += [f'    {item}' for item in items[:_SHOWN]]
-      if len(items) > _SHOWN:
-        lines.append(f'    ... and {len(items) - _SHOWN} more')
+      lines += listed(section, items)
     lines += [f'Hint: {h}.' for h in dict.fromkeys(self.hints)]
     raise ValueError('\n'.join(lines))
 
