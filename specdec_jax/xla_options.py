@@ -28,7 +28,8 @@ _SUPPORTED = 'compiler_options' in inspect.signature(jax.jit).parameters
 
 class _BackendJit:
   """`jax.jit(fun, **kwargs)`, compiled with `CPU_COMPILER_OPTIONS` when the default
-  backend is the CPU. Calls and `.lower(...)` go to the variant of the backend."""
+  backend is the CPU and the call is top-level (not inside another trace). Calls and
+  `.lower(...)` go to the variant that applies."""
 
   def __init__(self, fun, **kwargs):
     self._plain = jax.jit(fun, **kwargs)
@@ -36,14 +37,30 @@ class _BackendJit:
                  if _SUPPORTED else self._plain)
     functools.update_wrapper(self, fun)
 
-  def _pick(self):
-    return self._cpu if jax.default_backend() == 'cpu' else self._plain
+  def _pick(self, args, kwargs):
+    # `compiler_options` are for top-level jits only: called inside another trace (T5X's
+    # jitted predict step, a user's jax.jit) this is a nested jit, compiled with the
+    # outer program's options.
+    if _inside_trace(args, kwargs) or jax.default_backend() != 'cpu':
+      return self._plain
+    return self._cpu
 
   def __call__(self, *args, **kwargs):
-    return self._pick()(*args, **kwargs)
+    return self._pick(args, kwargs)(*args, **kwargs)
 
   def lower(self, *args, **kwargs):
-    return self._pick().lower(*args, **kwargs)
+    return self._pick(args, kwargs).lower(*args, **kwargs)
+
+
+def _inside_trace(args, kwargs) -> bool:
+  """Whether a call happens under a JAX trace (an enclosing jit, vmap, grad, ...)."""
+  try:
+    from jax._src import core  # pylint: disable=g-import-not-at-top
+    if not core.trace_state_clean():
+      return True
+  except (ImportError, AttributeError):  # a jax without it: the arguments tell
+    pass
+  return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
 
 
 def jit(fun=None, **kwargs):

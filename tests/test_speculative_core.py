@@ -210,3 +210,17 @@ def test_adaptive_round_updates_the_caches_in_place(pair):
   fn = generate._speculative_generate  # pylint: disable=protected-access
   assert _cache_copies(fn._plain, pair, 'heuristic') > 0  # pylint: disable=protected-access
   assert _cache_copies(fn, pair, 'heuristic') == 0
+
+
+def test_decoders_run_inside_an_outer_jit(pair):
+  """Under an enclosing `jax.jit` (T5X's predict step) the decoders are nested jits, which
+  may not carry compiler options: they must run there, with the same result."""
+  tok = jnp.asarray(ENC[:2])
+  direct = generate.t5_speculative_generate(pair.model, pair.params, pair.draft_model,
+                                            pair.draft_params, tok, 8, 2)[0]
+  nested = jax.jit(lambda t: generate.t5_speculative_generate(
+      pair.model, pair.params, pair.draft_model, pair.draft_params, t, 8, 2)[0])(tok)
+  np.testing.assert_array_equal(np.asarray(direct), np.asarray(nested))
+  base = jax.jit(lambda t: generate.t5_generate(pair.model, pair.params, t, 8)[0])(tok)
+  np.testing.assert_array_equal(np.asarray(base),
+                                np.asarray(generate.t5_generate(pair.model, pair.params, tok, 8)[0]))
