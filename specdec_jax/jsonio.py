@@ -7,7 +7,7 @@ def strict_default(x):
   """NumPy / JAX arrays → lists, their scalars → Python numbers; anything else raises.
 
   Raises:
-    TypeError: `x` is neither an array nor a scalar with `.item()`.
+    TypeError: `x` has no `.tolist()` (it is neither an array nor a NumPy / JAX scalar).
   """
   if hasattr(x, 'tolist'):  # np.ndarray, NumPy scalars, jax.Array (0-d → a number)
     return x.tolist()
