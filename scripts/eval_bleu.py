@@ -67,7 +67,7 @@ def main(argv=None):
   hyps, stats = [None] * len(inputs), dict(agree=0.0, beta=0.0, positions=0.0)
   reached_max = 0
   start = time.time()
-  for idx, decodes in evaluation.greedy_batches(model, params, inputs,
+  for idx, decodes in evaluation.decode_batches(model, params, inputs,
                                                 batch_size=args.batch_size,
                                                 max_decode_len=args.max_decode_len,
                                                 input_buckets=(args.max_input_len,)):

@@ -53,7 +53,7 @@ def distill_data(target_run: str = gin.REQUIRED,
     max_decode_len: decode length; outputs that reach it are counted in the summary.
     limit: translate only the first `limit` sources (tests).
     temperature: 0 (greedy, the default) or > 0: sample each output from the target's
-      full softmax at this temperature (`evaluation.greedy_batches`).
+      full softmax at this temperature (`evaluation.decode_batches`).
     seed: sampling seed (batch j uses `fold_in(PRNGKey(seed), j)`).
   Returns:
     the summary dict (also written to `<output_path>.summary.json`).
@@ -83,7 +83,7 @@ def distill_data(target_run: str = gin.REQUIRED,
   ids: list = [None] * len(inputs)
   hit_max = 0
   try:
-    for idx, decodes in evaluation.greedy_batches(model, params, inputs, batch_size=batch_size,
+    for idx, decodes in evaluation.decode_batches(model, params, inputs, batch_size=batch_size,
                                                   max_decode_len=max_decode_len,
                                                   temperature=temperature, seed=seed):
       for i, row in zip(idx, decodes):

@@ -1,8 +1,8 @@
-"""Greedy translation of many sentences and its BLEU: dev evaluation and distillation data.
+"""Greedy or sampled translation of many sentences, and its BLEU (dev evaluation, distill data).
 
 Used by training (dev BLEU every `train.eval_every_steps`), by the sequence-level
 distillation data job (`specdec_jax.distill_data`) and by `scripts/eval_bleu.py`.
-Decoding is the project's own baseline, `generate.t5_generate` at temperature 0.
+Decoding is the project's own baseline, `generate.t5_generate` (temperature 0, or > 0 to sample).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _length_bucket(n: int, buckets: Sequence[int]) -> int:
   return next((b for b in buckets if n <= b), buckets[-1])
 
 
-def greedy_batches(model, params, inputs: Sequence[Sequence[int]], *, batch_size: int = 128,
+def decode_batches(model, params, inputs: Sequence[Sequence[int]], *, batch_size: int = 128,
                    max_decode_len: int = 64, input_buckets: Sequence[int] = (32, 48, 64),
                    sort_by_length: bool = True, temperature: float = 0.0,
                    seed: int = 0) -> Iterator[tuple[list[int], np.ndarray]]:
@@ -77,11 +77,11 @@ def translate(model, params, processor, sources: Sequence[str], **kwargs
   """Greedy translations of raw source sentences (the task prefix is added here).
 
   Returns `(texts, ids)` in input order: detokenized text and the token ids before EOS.
-  Keyword arguments go to `greedy_batches`.
+  Keyword arguments go to `decode_batches`.
   """
   inputs = data_lib.encode_inputs(processor, sources)
   ids: list[list[int] | None] = [None] * len(inputs)
-  for idx, decodes in greedy_batches(model, params, inputs, **kwargs):
+  for idx, decodes in decode_batches(model, params, inputs, **kwargs):
     for i, row in zip(idx, decodes):
       ids[i] = ids_until_eos(row)
   return [detokenize(processor, x) for x in ids], ids

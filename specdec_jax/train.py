@@ -22,6 +22,10 @@ last `keep_checkpoints` kept; a restarted run resumes from the newest), `params.
 (final float32 params, flax msgpack) and `train_log.jsonl`. Training stops after
 `max_steps` steps or `max_minutes` minutes of wall time (compilation included),
 whichever comes first.
+
+Optimizer (`train.optimizer`): `adamw` (default) or T5X's `adafactor`. With AdamW,
+`train.query_lr_scale = 1/√head_dim` scales the step of the attention query kernels to
+T5's folded attention scale (`train_step.make_optimizer`); the v3 demo target uses it.
 """
 
 from __future__ import annotations
@@ -53,8 +57,9 @@ from specdec_jax.models.config import T5Config
 from specdec_jax.run_files import (_checkpoints, config_from_dict, config_to_dict,  # noqa: F401
                                    load_params, load_run, param_count, restore_train_state,
                                    save_params, save_train_state)
-from specdec_jax.train_step import (TrainState, cross_entropy, kl_to_teacher,  # noqa: F401
-                                    make_optimizer, make_schedule, make_train_step)
+from specdec_jax.train_step import (TrainState, cross_entropy, is_query_kernel,  # noqa: F401
+                                    kl_to_teacher, make_optimizer, make_schedule,
+                                    make_train_step)
 
 
 # ---------------------------------------------------------------------------- dev BLEU
@@ -80,7 +85,7 @@ class _DevEval:
     if teacher is not None:
       inputs = data_lib.encode_inputs(processor, self.sources)
       self.teacher_batches = []
-      for idx, decodes in evaluation.greedy_batches(teacher, teacher_params, inputs,
+      for idx, decodes in evaluation.decode_batches(teacher, teacher_params, inputs,
                                                     batch_size=100, sort_by_length=False):
         enc = data_lib.pad_batch([inputs[i] for i in idx], 64)
         self.teacher_batches.append((enc, decodes))
@@ -132,6 +137,7 @@ def train(run_dir: str = gin.REQUIRED,
           seed: int = 0,
           limit_examples: int | None = None,
           optimizer: str = 'adamw',
+          query_lr_scale: float = 1.0,
           targets_path: str | Sequence[str] | None = None,
           eval_every_steps: int = 0,
           eval_split: str = 'ende/multi30k/val',
@@ -175,7 +181,7 @@ def train(run_dir: str = gin.REQUIRED,
   init_rng, dropout_rng = jax.random.split(rng)
   params = t5.init_params(model_config, init_rng)
   schedule = make_schedule(learning_rate, warmup_steps, lr_decay, total_steps)
-  opt = make_optimizer(schedule, weight_decay, name=optimizer)
+  opt = make_optimizer(schedule, weight_decay, name=optimizer, query_lr_scale=query_lr_scale)
   state = TrainState(step=jnp.array(0, jnp.int32), params=params,
                      opt_state=opt.init(params))
   position = {'epoch': 0, 'batch': 0}

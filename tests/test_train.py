@@ -131,6 +131,30 @@ def test_distill_loss_finite():
   assert float(metrics['kl']) >= 0
 
 
+def test_query_lr_scale_scales_only_query_kernels():
+  # AdamW's update of every attention query/kernel is multiplied by query_lr_scale; every
+  # other leaf (key, value, out, mlp, embeddings, norms) gets the very same update.
+  params = t5.init_params(TINY, jax.random.PRNGKey(0))
+  grads = jax.tree_util.tree_map(lambda x: jnp.full_like(x, 0.3) * (1 + jnp.arange(x.size).reshape(x.shape) % 5), params)
+  schedule = train_lib.make_schedule(1e-3, 1, 'constant')
+  updates = {}
+  for scale in (1.0, 0.125):
+    opt = train_lib.make_optimizer(schedule, 0.01, query_lr_scale=scale)
+    updates[scale], _ = opt.update(grads, opt.init(params), params)
+  flat = dict(jax.tree_util.tree_flatten_with_path(updates[1.0])[0])
+  scaled = dict(jax.tree_util.tree_flatten_with_path(updates[0.125])[0])
+  queries = [path for path in flat if train_lib.is_query_kernel(path)]
+  # TINY: encoder self-attention + decoder self- and cross-attention per layer.
+  assert len(queries) == TINY.num_encoder_layers + 2 * TINY.num_decoder_layers
+  for path, u in flat.items():
+    want = u * 0.125 if path in queries else u
+    np.testing.assert_allclose(scaled[path], want, rtol=1e-6, err_msg=str(path))
+  with pytest.raises(ValueError, match='query_lr_scale'):
+    train_lib.make_optimizer(schedule, query_lr_scale=0.0)
+  with pytest.raises(ValueError, match='adamw only'):
+    train_lib.make_optimizer(schedule, name='adafactor', query_lr_scale=0.5)
+
+
 def test_kl_zero_for_identical_logits():
   logits = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 11))
   w = jnp.ones((2, 3))
@@ -145,8 +169,9 @@ def test_gin_configs_parse_and_flags():
   assert bindings == ['train.max_steps = 7']
   gin.clear_config()
   try:
-    for name in ('target_ende.gin', 'draft_ende.gin'):
+    for name in ('target_ende.gin', 'target_ende_v3.gin', 'draft_ende.gin', 'draft_ende_v3.gin'):
       gin.clear_config()
+      gin.add_config_file_search_path(str(REPO))  # the v3 configs include the v2 ones
       gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], bindings)
       assert gin.query_parameter('network.T5Config.mlp_activations') == ('gelu', 'linear')
       assert gin.query_parameter('network.T5Config.logits_via_embedding') is False
@@ -223,7 +248,7 @@ def test_distill_data_greedy_and_sampled(tmp_path):
   sp = vocabulary.load_processor(SHIPPED_VOCAB)
   src, _ = data_lib.read_parallel('toy/train', root)
   expect = [None] * 6
-  for idx, rows in evaluation.greedy_batches(t5.Transformer(cfg), params,
+  for idx, rows in evaluation.decode_batches(t5.Transformer(cfg), params,
                                              data_lib.encode_inputs(sp, src), batch_size=4,
                                              max_decode_len=8, sort_by_length=False):
     for i, r in zip(idx, rows):
