@@ -142,9 +142,15 @@ def load_units(results_path: pathlib.Path, temperature: float, gamma_max: int) -
               enc_draft={int(k): x['draft_s'] / t1 for k, x in sc['encoder'].items()})
 
 
-def measured_rounds(results_path: pathlib.Path, num: int, temperature: float) -> dict:
-  """`{γ: target_calls}` of the benchmark's batch-1 fixed-γ rows on `num` sentences."""
+def measured_rounds(results_path: pathlib.Path, num: int, temperature: float, split: str,
+                    max_decode_len: int) -> dict:
+  """`{γ: target_calls}` of the benchmark's batch-1 fixed-γ rows, when that run decoded the
+  same sentences (the first `num` of `split`) to the same length; else `{}`."""
   r = json.loads(results_path.read_text())
+  datasets = r.get('settings', {}).get('datasets', [])
+  if (len(datasets) != 1 or not str(datasets[0].get('path', '')).startswith(split)
+      or r['settings'].get('max_decode_len') != max_decode_len):
+    return {}
   return {s['gamma']: s['target_calls'] for s in r['settings_results']
           if s['batch_size'] == 1 and s['temperature'] == temperature
           and s['sentences'] == num}
@@ -195,11 +201,14 @@ def agreement_bits(target, tparams, draft, dparams, inputs, max_decode_len: int)
 
 # ------------------------------------------------------------------ main
 
-def summarise(name, rounds_per_sentence, lengths, enc, units) -> dict:
+def summarise(name, rounds_per_sentence, lengths, enc_target, enc_draft, units) -> dict:
+  """Totals of one policy over the sentences: rounds, cost units, predicted speedup.
+
+  `enc_target`, `enc_draft`: per sentence, the encoder costs (target-step units).
+  """
   loop = sum(sum(round_cost(g, units) for g in r) for r in rounds_per_sentence)
-  spec = loop + sum(enc[:len(rounds_per_sentence)])
-  base = sum(units_enc_t + n * (1.0 + units['a_base'])
-             for units_enc_t, n in zip(units['_enc_t_per_sentence'], lengths))
+  spec = loop + sum(enc_target) + sum(enc_draft)
+  base = sum(e + n * (1.0 + units['a_base']) for e, n in zip(enc_target, lengths))
   n_rounds = sum(len(r) for r in rounds_per_sentence)
   drafted = sum(sum(r) for r in rounds_per_sentence)
   return dict(policy=name, rounds=n_rounds, mean_draft_length=drafted / max(n_rounds, 1),
@@ -236,18 +245,17 @@ def main(argv=None) -> int:
   per_sentence = agreement_bits(target, tparams, draft, dparams, inputs, args.max_decode_len)
   lengths = [len(b) for b, _ in per_sentence]
   bucket = [32 if len(x) <= 32 else 64 for x in inputs]
-  units['_enc_t_per_sentence'] = [units['enc_target'][b] for b in bucket]
-  enc = [units['enc_target'][b] + units['enc_draft'][b] for b in bucket]
+  enc = ([units['enc_target'][b] for b in bucket], [units['enc_draft'][b] for b in bucket])
 
   rows = []
   for g in range(1, args.gamma_max + 1):
     rows.append(summarise(f'fixed γ={g}', [replay_fixed(b, g) for b, _ in per_sentence],
-                          lengths, enc, units) | dict(gamma=g))
+                          lengths, *enc, units) | dict(gamma=g))
   best = max(rows, key=lambda r: r['predicted_speedup'])
   rows.append(summarise('heuristic', [replay_heuristic(b, args.gamma_max)
-                                      for b, _ in per_sentence], lengths, enc, units))
+                                      for b, _ in per_sentence], lengths, *enc, units))
   rows.append(summarise('oracle', [replay_oracle(b, args.gamma_max, units)
-                                   for b, _ in per_sentence], lengths, enc, units))
+                                   for b, _ in per_sentence], lengths, *enc, units))
   for r in rows:
     r['vs_best_fixed'] = r['predicted_speedup'] / best['predicted_speedup']
     r['loop_vs_best_fixed'] = best['loop_units'] / r['loop_units']  # encoders left out
@@ -255,10 +263,9 @@ def main(argv=None) -> int:
   alpha_t0 = float(np.mean(np.concatenate([b for b, _ in per_sentence])))
   alpha_t1 = float(np.mean(np.concatenate([x for _, x in per_sentence])))
   units_t1 = load_units(costs, 1.0, args.gamma_max)
-  measured = measured_rounds(costs, args.num, 0.0)
-  check = {g: dict(replayed=next(r['rounds'] for r in rows if r.get('gamma') == g),
-                   measured=measured[g]) for g in sorted(measured)}
-  units.pop('_enc_t_per_sentence')
+  measured = measured_rounds(costs, args.num, 0.0, args.split, args.max_decode_len)
+  check = {r['gamma']: dict(replayed=r['rounds'], measured=measured[r['gamma']])
+           for r in rows if r.get('gamma') in measured}
   result = dict(
       command=' '.join(['python', 'scripts/adaptive_bound.py'] + list(argv or sys.argv[1:])),
       costs_from=str(costs), sentences=args.num, tokens=int(sum(lengths)),
@@ -278,7 +285,9 @@ def main(argv=None) -> int:
     print(f'{r["policy"]:<12} {r["rounds"]:>6} {r["mean_draft_length"]:>9.2f} '
           f'{r["predicted_speedup"]:>8.3f} {r["vs_best_fixed"]:>13.3f} '
           f'{r["loop_vs_best_fixed"]:>11.3f}')
-  print('rounds replayed vs measured (fixed γ, batch 1, T=0):', check)
+  print('rounds replayed vs measured (fixed γ, batch 1, T=0):', check or 'no matching run')
+  if any(c['replayed'] != c['measured'] for c in check.values()):
+    print('WARNING: the replay does not match the benchmark run; its bound is not reliable.')
   for t, b in result['iid_bound'].items():
     print(f'i.i.d. bound {t}: α {b["alpha"]:.3f}, oracle / best fixed (γ={b["best_fixed_gamma"]})'
           f' = {b["oracle_vs_best_fixed"]:.3f} (encoders excluded)')
