@@ -43,10 +43,11 @@ import sys
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import eval_bleu  # noqa: E402  (scripts/eval_bleu.py: its model loader)
 from specdec_jax import atomic  # noqa: E402
 from specdec_jax import data as data_lib  # noqa: E402
 from specdec_jax import evaluation  # noqa: E402
-from specdec_jax import train as train_lib  # noqa: E402
 from specdec_jax import vocabulary  # noqa: E402
 from specdec_jax.vocabulary import EOS_ID  # noqa: E402
 
@@ -157,31 +158,16 @@ def measured_rounds(results_path: pathlib.Path, num: int, temperature: float, sp
 
 
 def load_model(path: pathlib.Path):
-  from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
+  """(`t5.Transformer` with dropout off, float32 params) of an exported model dir."""
   from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  config = train_lib.config_from_dict(json.loads((path / 'config.json').read_text()))
-  params = checkpoints.load_t5x_checkpoint(path, config=config, dtype=jnp.float32)
+  config, params = eval_bleu.load_model(path)
   return t5.Transformer(config.replace(dropout_rate=0.0)), params
 
 
 def agreement_bits(target, tparams, draft, dparams, inputs, max_decode_len: int):
   """Per sentence: bool `[N]` (N tokens of the target's greedy output, EOS included),
   whether the draft's argmax after the target's prefix equals the target's token;
-  and float `[N]` β = Σ_x min(p, q) at temperature 1."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
-  @jax.jit
-  def per_position(enc, dec_in, tgt):
-    lp = jax.nn.log_softmax(target.apply({'params': tparams}, enc, dec_in, tgt,
-                                         enable_dropout=False))
-    lq = jax.nn.log_softmax(draft.apply({'params': dparams}, enc, dec_in, tgt,
-                                        enable_dropout=False))
-    agree = jnp.argmax(lp, -1) == jnp.argmax(lq, -1)
-    beta = jnp.sum(jnp.minimum(jnp.exp(lp), jnp.exp(lq)), -1)
-    return agree, beta
-
+  and float `[N]` β = Σ_x min(p, q) at temperature 1 (`evaluation.agreement_per_position`)."""
   out: list = [None] * len(inputs)
   for idx, decodes in evaluation.decode_batches(target, tparams, inputs, batch_size=1,
                                                 max_decode_len=max_decode_len,
@@ -191,11 +177,9 @@ def agreement_bits(target, tparams, draft, dparams, inputs, max_decode_len: int)
     n = row.index(EOS_ID) + 1 if EOS_ID in row else len(row)
     tgt = np.zeros((1, max_decode_len), np.int32)
     tgt[0, :n] = row[:n]
-    dec_in = np.zeros_like(tgt)
-    dec_in[:, 1:] = tgt[:, :-1]
     enc = data_lib.pad_batch([inputs[i]], 32 if len(inputs[i]) <= 32 else 64)
-    agree, beta = per_position(jnp.asarray(enc), jnp.asarray(dec_in), jnp.asarray(tgt))
-    out[i] = (np.asarray(agree[0, :n]), np.asarray(beta[0, :n]))
+    agree, beta = evaluation.agreement_per_position(target, tparams, draft, dparams, enc, tgt)
+    out[i] = (agree[0, :n], beta[0, :n])
   return out
 
 

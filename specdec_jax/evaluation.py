@@ -108,18 +108,32 @@ def draft_agreement(target, target_params, draft, draft_params, encoder_tokens, 
   Returns:
     dict with sums `agree`, `beta`, and `positions` (divide to get rates).
   """
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   tgt = np.array(decodes)
   for row in tgt:
     hits = np.flatnonzero(row == EOS_ID)
     if len(hits):
       row[hits[0] + 1:] = 0
+  agree, beta = agreement_per_position(target, target_params, draft, draft_params,
+                                       encoder_tokens, tgt)
+  w = tgt > 0
+  return dict(agree=float(np.sum(agree * w)), beta=float(np.sum(beta * w)),
+              positions=float(np.sum(w)))
+
+
+def agreement_per_position(target, target_params, draft, draft_params, encoder_tokens,
+                           targets):
+  """Per position, teacher-forced on `targets` (int32 `[batch, length]`, the target's own
+  outputs, 0 = padding): bool `[batch, length]` whether the draft's argmax equals the
+  target's, and float32 `[batch, length]` β = Σ_x min(p(x), q(x)) at temperature 1.
+  Positions at padding are computed too (mask them with `targets > 0`)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  tgt = np.asarray(targets)
   dec_in = np.zeros_like(tgt)
   dec_in[:, 1:] = tgt[:, :-1]
-  agree, beta, positions = _agreement_fn(target, draft)(
+  agree, beta = _agreement_fn(target, draft)(
       target_params, draft_params, jnp.asarray(encoder_tokens), jnp.asarray(dec_in),
       jnp.asarray(tgt))
-  return dict(agree=float(agree), beta=float(beta), positions=float(positions))
+  return np.asarray(agree), np.asarray(beta)
 
 
 _AGREEMENT_FNS: dict = {}
@@ -132,13 +146,12 @@ def _agreement_fn(target, draft):
   if key not in _AGREEMENT_FNS:
     @jax.jit
     def fn(tparams, dparams, enc, dec_in, tgt):
-      w = (tgt > 0).astype(jnp.float32)
       lp = jax.nn.log_softmax(target.apply({'params': tparams}, enc, dec_in, tgt,
                                            enable_dropout=False))
       lq = jax.nn.log_softmax(draft.apply({'params': dparams}, enc, dec_in, tgt,
                                           enable_dropout=False))
-      agree = jnp.sum((jnp.argmax(lp, -1) == jnp.argmax(lq, -1)) * w)
-      beta = jnp.sum(jnp.sum(jnp.minimum(jnp.exp(lp), jnp.exp(lq)), -1) * w)
-      return agree, beta, jnp.sum(w)
+      agree = jnp.argmax(lp, -1) == jnp.argmax(lq, -1)
+      beta = jnp.sum(jnp.minimum(jnp.exp(lp), jnp.exp(lq)), -1)
+      return agree, beta
     _AGREEMENT_FNS[key] = fn
   return _AGREEMENT_FNS[key]
