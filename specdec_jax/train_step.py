@@ -85,10 +85,12 @@ def make_optimizer(schedule, weight_decay: float = 0.01, clip_norm: float = 1.0,
   √head_dim times smaller than the key's), but AdamW's step does not depend on a
   parameter's scale, so at one learning rate the query moves √head_dim times faster
   relative to its size than in a Transformer with scaled attention. With
-  `query_lr_scale = 1/√head_dim` AdamW follows the scaled-attention dynamics exactly
-  (reparametrisation q = q'/√head_dim). Measured on the v2 demo target (emb 384,
-  head_dim 64, lr 7e-4, scale 1): its query kernels grew 3× from their init while every
-  other kernel stayed within 10 % of its own; at lr 1.5e-3 that run diverged.
+  `query_lr_scale = 1/√head_dim` AdamW takes the steps of a scaled-attention Transformer
+  under the reparametrisation q = q'/√head_dim (up to the global-norm clipping, which
+  sees the query gradients at the other scale, and Adam's ε). Measured on the v2 demo
+  target (emb 384, head_dim 64, lr 7e-4, scale 1): its query kernels grew 3× from their
+  init while every other kernel ended within 0.9–1.3× of its init scale; at lr 1.5e-3
+  that run diverged.
 
   Raises:
     ValueError: an unknown `name`, or `query_lr_scale` not > 0 (or not 1 with adafactor).
