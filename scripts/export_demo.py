@@ -1,6 +1,6 @@
 r"""Exports the trained demo pair into `specdec_jax/assets/demo_ende/` (T5X legacy checkpoints).
 
-  python scripts/export_demo.py --target_run=runs/target_ende --draft_run=runs/draft_ende \
+  python scripts/export_demo.py --target_run=runs/target_ende_v3 --draft_run=runs/draft_ende_v3_qls \
       [--out=specdec_jax/assets/demo_ende] [--dtype=bfloat16]
 
 Writes `<out>/target/checkpoint_<step>/` and `<out>/draft/checkpoint_<step>/` with
@@ -44,8 +44,8 @@ def export_model(run_dir, out_dir, dtype):
 
 def main(argv=None):
   p = argparse.ArgumentParser()
-  p.add_argument('--target_run', default='runs/target_ende')
-  p.add_argument('--draft_run', default='runs/draft_ende')
+  p.add_argument('--target_run', default='runs/target_ende_v3')
+  p.add_argument('--draft_run', default='runs/draft_ende_v3_qls')
   p.add_argument('--out', default='specdec_jax/assets/demo_ende')
   p.add_argument('--dtype', default='bfloat16')
   args = p.parse_args(argv)

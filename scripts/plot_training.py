@@ -1,6 +1,6 @@
 r"""Training curves of the demo pair for its model card: loss and dev BLEU per step.
 
-    python scripts/plot_training.py --target_run=runs/target_ende --draft_run=runs/draft_ende \
+    python scripts/plot_training.py --target_run=runs/target_ende_v3 --draft_run=runs/draft_ende_v3_qls \
         --output=specdec_jax/assets/demo_ende/training_curves.png
 
 Reads each run's `train_log.jsonl` (written by `specdec_jax.train`): the training loss
@@ -31,8 +31,8 @@ def read_log(run_dir):
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  p.add_argument('--target_run', default='runs/target_ende')
-  p.add_argument('--draft_run', default='runs/draft_ende')
+  p.add_argument('--target_run', default='runs/target_ende_v3')
+  p.add_argument('--draft_run', default='runs/draft_ende_v3_qls')
   p.add_argument('--output', default='specdec_jax/assets/demo_ende/training_curves.png')
   args = p.parse_args(argv)
   import matplotlib  # pylint: disable=g-import-not-at-top

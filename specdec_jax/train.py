@@ -1,6 +1,6 @@
 r"""Gin-configured training of T5 1.1 models on EN→DE text: `target` and `distill` modes.
 
-  python -m specdec_jax.train --gin_file=configs/train/target_ende.gin \
+  python -m specdec_jax.train --gin_file=configs/train/target_ende_v3.gin \
       [--gin_file=...] [--gin.train.max_minutes=35] [--gin.train.run_dir="'runs/x'"]
 
 Modes (`train.mode`):
@@ -300,8 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
       sys.argv[1:] if argv is None else argv, 'python -m specdec_jax.train',
       'Train a T5 model (target or distill mode), gin-configured.',
       '--gin.train.max_minutes=35',
-      examples=('python -m specdec_jax.train --gin_file=configs/train/target_ende.gin',
-                'python -m specdec_jax.train --gin_file=configs/train/draft_ende.gin '
+      examples=('python -m specdec_jax.train --gin_file=configs/train/target_ende_v3.gin',
+                'python -m specdec_jax.train --gin_file=configs/train/draft_ende_v3_qls.gin '
                 "--gin.train.max_minutes=10 --gin.train.run_dir=\"'runs/draft_try'\""),
       parameters=flags.parameters_help(train, 'train'))
   return flags.run_cli(

@@ -169,7 +169,8 @@ def test_gin_configs_parse_and_flags():
   assert bindings == ['train.max_steps = 7']
   gin.clear_config()
   try:
-    for name in ('target_ende.gin', 'target_ende_v3.gin', 'draft_ende.gin', 'draft_ende_v3.gin'):
+    for name in ('target_ende.gin', 'target_ende_v3.gin', 'draft_ende.gin', 'draft_ende_v3.gin',
+                 'draft_ende_v3_qls.gin'):
       gin.clear_config()
       gin.add_config_file_search_path(str(REPO))  # the v3 configs include the v2 ones
       gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], bindings)
@@ -177,6 +178,9 @@ def test_gin_configs_parse_and_flags():
       assert gin.query_parameter('network.T5Config.logits_via_embedding') is False
       assert gin.query_parameter('network.T5Config.vocab_size') == 8192
       assert gin.query_parameter('train.max_steps') == 7
+      if name == 'draft_ende_v3_qls.gin':  # the shipped draft's recipe
+        assert gin.query_parameter('train.query_lr_scale') == pytest.approx(60 ** -0.5, abs=1e-4)
+        assert gin.query_parameter('train.teacher_dir') == 'runs/target_ende_v3'
   finally:
     gin.clear_config()
 
