@@ -264,7 +264,7 @@ def test_help_shows_each_entry_points_examples_and_parameters(capsys):
       (decode.main, 'specdec_jax.decode', ['decode.gamma (default 4)', 'configs/runs/decode.gin',
                                            'CHECKPOINT_PATH', '3 the default demo pair']),
       (train_module.main, 'specdec_jax.train', ['train.run_dir (required)',
-                                                'configs/train/target_ende.gin']),
+                                                'configs/train/target_ende_v3.gin']),
       (benchmark.main, 'specdec_jax.benchmark', ['benchmark.gammas (default',
                                                  '--gin.benchmark.quick=True'])):
     with pytest.raises(SystemExit) as e:
