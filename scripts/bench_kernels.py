@@ -4,7 +4,8 @@
 
 1. argmax / categorical over an 8k vocabulary: `jnp.argmax` (XLA's variadic reduce)
    against `sampling.argmax` (max, then the smallest index attaining it), and
-   `jax.random.categorical` against `sampling.categorical` (same Gumbel noise).
+   `jax.random.categorical` against `sampling.categorical` (same Gumbel noise), and
+   `sampling.inverse_cdf` (two uniforms per row, from the probabilities).
 2. The cost of a k-token call relative to a 1-token call for a chain of matrix
    products with the shapes a demo-target decoder step reads: 4 layers of [k, 256] ×
    [256, 256] ×6 (self-attention q, k, v, o; cross-attention q, o), [256, 1024] ×2 and
@@ -44,16 +45,22 @@ def vocab_ops(rows: int) -> dict:
       'sampling.argmax': lambda k, v: sampling.argmax(v),
       'jax.random.categorical': jax.random.categorical,
       'sampling.categorical': sampling.categorical,
+      # from the probabilities, as the speculative loop has them (softmax not timed)
+      'sampling.inverse_cdf': lambda k, v: sampling.inverse_cdf(
+          jax.random.uniform(k, v.shape[:-1] + (2,)), v),
   }
+  probs = jax.nn.softmax(x)
   out = {}
   for name, op in ops.items():
+    arg = probs if name == 'sampling.inverse_cdf' else x
+
     @jax.jit
     def loop(v, op=op):
       def body(i, acc):
         key = jax.random.fold_in(jax.random.PRNGKey(0), i)
         return acc + op(key, v + acc[0].astype(jnp.float32) * 0).astype(jnp.int32).sum()
       return jax.lax.fori_loop(0, 100, body, jnp.zeros((1,), jnp.int32))
-    out[name] = _time(loop, x, iters=100)
+    out[name] = _time(loop, arg, iters=100)
   return out
 
 

@@ -64,7 +64,7 @@ def greedy_accept(draft_tokens, target_tokens, n_drafted):
   return n_accepted.astype(jnp.int32), next_token.astype(jnp.int32)
 
 
-def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coin_keys, resample_keys):
+def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coins, resample_u):
   """Applies Algorithm 1's acceptance test and draws the next token, per row.
 
   Args:
@@ -77,8 +77,10 @@ def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coin_keys, resamp
     greedy: bool `[batch]`: temperature 0 rows (accept iff x_i = argmax p_i), or the
       Python value True when every row is greedy (then no random numbers are drawn),
       or False when no row is (then no argmax of p is taken).
-    coin_keys: `[batch]` PRNG keys for the uniform coins.
-    resample_keys: `[batch]` PRNG keys for the residual / bonus sample.
+    coins: float32 `[batch, gamma]` uniforms in [0, 1), one per draft (unused when
+      `greedy` is True).
+    resample_u: float32 `[batch, 2]` uniforms in [0, 1) for the residual / bonus
+      sample (`sampling.inverse_cdf`; unused when `greedy` is True).
   Returns:
     `(n_accepted [batch] int32, next_token [batch] int32)`.
   """
@@ -90,7 +92,6 @@ def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coin_keys, resamp
   if all_greedy:
     ok = draft_tokens == sampling.argmax(p_draft)
   else:
-    coins = jax.vmap(lambda k: jax.random.uniform(k, (gamma,)))(coin_keys)
     ok = coins * q_x < p_x  # u < p/q without dividing by q.
     if not none_greedy:
       ok = jnp.where(greedy[:, None], draft_tokens == sampling.argmax(p_draft), ok)
@@ -105,9 +106,7 @@ def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coin_keys, resamp
                                axis=1)[:, 0]
   rejected = n_accepted < n_drafted
   dist = jnp.where(rejected[:, None], residual_distribution(p_next, q_next), p_next)
-  sampled = sampling.sample_rows(
-      resample_keys, jnp.where(dist > 0, jnp.log(jnp.where(dist > 0, dist, 1.0)),
-                               sampling.NEG_INF))
+  sampled = sampling.inverse_cdf(resample_u, dist)
   if none_greedy:
     return n_accepted.astype(jnp.int32), sampled
   return n_accepted.astype(jnp.int32), jnp.where(greedy, sampling.argmax(p_next), sampled)

@@ -110,7 +110,7 @@ def check_settings(*, num_sentences, gammas, temperatures, batch_sizes, repeats,
 
 
 def measure_costs(models, batches, *, max_decode_len, gammas, temperatures, iters,
-                  vocab_size, eos_id) -> dict:
+                  vocab_size, eos_id, baseline_sampler='gumbel') -> dict:
   """Every phase's cost for one batch size (see `bench/costs.py`), in seconds."""
   first = batches[0].tokens
   out = costs_lib.step_costs(models, first, max_decode_len, gammas, iters)
@@ -120,7 +120,8 @@ def measure_costs(models, batches, *, max_decode_len, gammas, temperatures, iter
   out['encoder'] = {str(n): costs_lib.encoder_costs(models, tok, max_decode_len, gammas, iters)
                     for n, tok in sorted(shapes.items())}
   out['overheads'] = {f'{float(t):g}': costs_lib.loop_overheads(
-      first.shape[0], vocab_size, max_decode_len, gammas, float(t), iters, eos_id)
+      first.shape[0], vocab_size, max_decode_len, gammas, float(t), iters, eos_id,
+      baseline_sampler)
                       for t in temperatures}
   return out
 
@@ -152,6 +153,7 @@ def benchmark(output_dir: str = 'out/benchmark',
               confidence_threshold: float = 0.5,
               mesh_shape=None,
               draft_sharding: str = 'replicated',
+              baseline_sampler: str = 'inverse_cdf',
               quick: bool = False) -> dict:
   """Runs the benchmark (see the module docstring); returns the results dict.
 
@@ -169,6 +171,11 @@ def benchmark(output_dir: str = 'out/benchmark',
   peer is then skipped. On CPU with simulated devices this is a functional check,
   not a speed claim.
 
+  `baseline_sampler` is the baseline's `sampler` at temperature > 0
+  (`decoding.temperature_sample`): 'inverse_cdf' by default, the sampler that
+  `speculative_sample` uses, so both methods pay the same per-token sampling cost;
+  'gumbel' times the baseline with T5X's own `jax.random.categorical`.
+
   Raises:
     BenchmarkConfigError: before loading anything, for a setting out of range (it
       names the `benchmark.<argument>` binding and the fix).
@@ -183,6 +190,10 @@ def benchmark(output_dir: str = 'out/benchmark',
     raise BenchmarkConfigError(
         f'benchmark.policies must be a tuple of {policies_lib.POLICIES[1:]}, e.g. '
         f'--gin.benchmark.policies="(\'heuristic\',)"; got {policies!r}.')
+  if baseline_sampler not in ('gumbel', 'inverse_cdf'):
+    raise BenchmarkConfigError(
+        "benchmark.baseline_sampler must be 'inverse_cdf' (the speculative loop's sampler) "
+        f"or 'gumbel' (T5X's jax.random.categorical); got {baseline_sampler!r}.")
   if not 0.0 <= confidence_threshold <= 1.0:
     raise BenchmarkConfigError(f'benchmark.confidence_threshold must be in [0, 1], got '
                                f'{confidence_threshold!r}.')
@@ -217,6 +228,7 @@ def benchmark(output_dir: str = 'out/benchmark',
       settings=dict(s, quick=quick, max_input_len=max_input_len,
                     input_length_buckets=list(input_length_buckets),
                     max_decode_len=max_decode_len, seed=seed, prefix=prefix,
+                    baseline_sampler=baseline_sampler,
                     datasets=[dict(name=n, path=p, sentences=len(e)) for n, p, e in data]),
       pair=dict(name=pair.name, target_config=config_dict(models.target_model.config),
                 draft_config=config_dict(models.draft_model.config),
@@ -235,7 +247,8 @@ def benchmark(output_dir: str = 'out/benchmark',
     costs = measure_costs(models, all_batches, max_decode_len=max_decode_len,
                           gammas=s['gammas'], temperatures=s['temperatures'],
                           iters=s['step_timing_iters'],
-                          vocab_size=models.target_model.config.vocab_size, eos_id=eos)
+                          vocab_size=models.target_model.config.vocab_size, eos_id=eos,
+                          baseline_sampler=baseline_sampler)
     results['step_costs'][str(bs)] = costs
     print(f'[batch {bs}] c = {costs["c"]:.3f}, v = '
           + ', '.join(f'γ{g}:{costs["v"][str(g)]:.2f}' for g in s['gammas']), flush=True)
@@ -244,7 +257,8 @@ def benchmark(output_dir: str = 'out/benchmark',
         batches = list(inputs_lib.batches(examples, bs, max_input_len, input_length_buckets))
         common = dict(temperature=float(temp), max_decode_len=max_decode_len, eos_id=eos,
                       seed=seed, real_vocab_size=vocab.vocab_size, plan=plan)
-        base = Runner(models, batches, method='baseline', gamma=None, **common)
+        base = Runner(models, batches, method='baseline', gamma=None,
+                      sampler=baseline_sampler, **common)
         specs = [Runner(models, batches, method='speculative', gamma=g, **common)
                  for g in s['gammas']]
         adaptive = [Runner(models, batches, method='speculative', gamma=max(s['gammas']),

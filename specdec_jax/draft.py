@@ -24,7 +24,7 @@ StepFn = Callable  # (tokens [B, k], lengths [B], cache) -> (logits [B, k, V], c
 
 
 def draft_block(step_fn: StepFn, cache, prev, cur, n, gamma: int, vocab_size: int,
-                temperature, topk, topp, keys, forced_tokens: Optional[jax.Array] = None,
+                temperature, topk, topp, uniforms, forced_tokens: Optional[jax.Array] = None,
                 real_vocab_size=None, may_be_greedy: bool = True):
   """Proposes `gamma` tokens per row with the draft model.
 
@@ -37,8 +37,9 @@ def draft_block(step_fn: StepFn, cache, prev, cur, n, gamma: int, vocab_size: in
     vocab_size: the target's vocabulary size (draft logits are padded/truncated to it).
     temperature: a static Python number (≤ 1e-4: greedy) or float32 `[batch]`.
     topk, topp: standardization, as for the target.
-    keys: `[batch, gamma]` PRNG keys, one per draft sample (unused, may be None, when
-      `temperature` is a static greedy value).
+    uniforms: float32 `[batch, gamma, 2]` in [0, 1), two per draft sample for
+      `sampling.inverse_cdf` (unused, may be None, when `temperature` is a static
+      greedy value).
     forced_tokens: optional int32 `[batch, gamma]`, non-zero where the position holds a
       forced prompt token (then that token is "drafted" with q = one-hot); None when
       the decode has no prompt.
@@ -50,7 +51,7 @@ def draft_block(step_fn: StepFn, cache, prev, cur, n, gamma: int, vocab_size: in
     be one-hot, and the greedy rule only compares tokens).
   """
   static_greedy = sampling.is_static_greedy(temperature)
-  propose = _proposer(vocab_size, temperature, topk, topp, keys, forced_tokens,
+  propose = _proposer(vocab_size, temperature, topk, topp, uniforms, forced_tokens,
                       real_vocab_size, may_be_greedy)
 
   start = jnp.maximum(n - 1, 0)
@@ -70,7 +71,7 @@ def draft_block(step_fn: StepFn, cache, prev, cur, n, gamma: int, vocab_size: in
   return jnp.stack(tokens, axis=1), q, cache
 
 
-def _proposer(vocab_size, temperature, topk, topp, keys, forced_tokens, real_vocab_size,
+def _proposer(vocab_size, temperature, topk, topp, uniforms, forced_tokens, real_vocab_size,
               may_be_greedy, want_confidence: bool = False):
   """`propose(logits [B, V], i) -> (token [B], q [B, V] or None, confidence [B] or None)`.
 
@@ -93,8 +94,8 @@ def _proposer(vocab_size, temperature, topk, topp, keys, forced_tokens, real_voc
         conf = None if conf is None else jnp.where(forced > 0, 1.0, conf)
       return token, None, conf
     std = sampling.standardize(logits, temperature, topk, topp, may_be_greedy=may_be_greedy)
-    token = sampling.sample_rows(keys[:, i], std)
     q = sampling.probs_from_logits(std)
+    token = sampling.inverse_cdf(uniforms[:, i], q)  # no vocab-sized noise
     if forced is not None:
       token = jnp.where(forced > 0, forced, token)
       q = jnp.where((forced > 0)[:, None], jax.nn.one_hot(forced, vocab_size), q)
@@ -103,7 +104,7 @@ def _proposer(vocab_size, temperature, topk, topp, keys, forced_tokens, real_voc
 
 
 def draft_block_adaptive(step_fn: StepFn, cache, prev, cur, n, gamma: int, budget,
-                         vocab_size: int, temperature, topk, topp, keys,
+                         vocab_size: int, temperature, topk, topp, uniforms,
                          forced_tokens: Optional[jax.Array] = None, real_vocab_size=None,
                          may_be_greedy: bool = True, threshold: Optional[float] = None):
   """Drafts up to `gamma` tokens per row, each row stopping at its own length.
@@ -122,7 +123,7 @@ def draft_block_adaptive(step_fn: StepFn, cache, prev, cur, n, gamma: int, budge
     cache)`: entries at or beyond `drafted[b]` are not drafts (ignore them).
   """
   static_greedy = sampling.is_static_greedy(temperature)
-  propose = _proposer(vocab_size, temperature, topk, topp, keys, forced_tokens,
+  propose = _proposer(vocab_size, temperature, topk, topp, uniforms, forced_tokens,
                       real_vocab_size, may_be_greedy, want_confidence=threshold is not None)
   batch = n.shape[0]
   start = jnp.maximum(n - 1, 0)

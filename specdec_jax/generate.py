@@ -40,11 +40,12 @@ def _check_tokens(encoder_input_tokens, max_decode_len):
 
 @xla_options.jit(static_argnames=(
     'model', 'max_decode_len', 'eos_id', 'num_decodes', 'topk', 'topp', 'static_temperature',
-    'max_decode_steps', 'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'sharding_plan'))
+    'max_decode_steps', 'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'sharding_plan',
+    'sampler'))
 def _generate(model, params, encoder_input_tokens, decoder_prompt, decode_rng, temperature,
               *, topp, max_decode_len, eos_id, num_decodes, topk, static_temperature,
               max_decode_steps, rescale_log_probs, prompt_free=False, per_row_greedy=True,
-              sharding_plan=None):
+              sharding_plan=None, sampler='gumbel'):
   cache = t5.encode_and_init_cache(model, params, encoder_input_tokens, max_decode_len)
   if sharding_plan is not None:
     cache = sharding_plan.constrain_cache(cache)
@@ -55,7 +56,7 @@ def _generate(model, params, encoder_input_tokens, decoder_prompt, decode_rng, t
       temperature=static_temperature if static_temperature is not None else temperature,
       topk=topk, topp=topp, max_decode_steps=max_decode_steps,
       rescale_log_probs=rescale_log_probs, prompt_free=prompt_free,
-      per_row_greedy=per_row_greedy)
+      per_row_greedy=per_row_greedy, sampler=sampler)
 
 
 def _per_row_greedy(temperature) -> bool:
@@ -97,7 +98,7 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
                 *, eos_id: int = 1, temperature=0.0, topk: int = 0, topp: float = 0.0,
                 num_decodes: int = 1, decode_rng=None, decoder_prompt=None,
                 max_decode_steps: Optional[int] = None, rescale_log_probs: bool = True,
-                sharding_plan=None):
+                sharding_plan=None, sampler: str = 'gumbel'):
   """Baseline decoding: encoder once, then one target call per token (T5X's loop).
 
   Args:
@@ -118,9 +119,10 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
   topk = _check_topk(topk, model)
   decoding._check_common(_prompt(encoder_input_tokens, max_decode_len, decoder_prompt),
                          eos_id, num_decodes, temperature, topk, topp, max_decode_steps)
+  sampling.check_sampler(sampler)
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)
-  static = dict(topp=float(topp), max_decode_len=max_decode_len, eos_id=eos_id,
+  static = dict(topp=float(topp), max_decode_len=max_decode_len, eos_id=eos_id, sampler=sampler,
                 num_decodes=num_decodes, topk=topk,
                 static_temperature=_static_temperature(temperature),
                 max_decode_steps=max_decode_steps, rescale_log_probs=rescale_log_probs,

@@ -169,16 +169,25 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
   steps = jnp.arange(gamma + 1, dtype=jnp.int32)
   zeros = jnp.zeros((flat,), jnp.int32)
 
+  uniforms = None
+  if not static_greedy:
+    # Every round's random numbers, drawn before the loop in one PRNG call (a threefry
+    # call is a loop of its own on CPU): [flat, rounds, 3γ + 2] uniforms, per round 2
+    # per draft sample, γ coins and 2 for the residual / bonus sample. A round emits
+    # at least one token per active row, so there are at most max_decode_len rounds.
+    uniforms = jax.vmap(lambda k: jax.random.uniform(k, (max_decode_len, 3 * gamma + 2)))(keys)
+
   def cond_fn(s):
     return ~jnp.all(s.done)
 
   def body_fn(s):
     active = ~s.done
-    round_keys = None
+    draft_u = coins = resample_u = None
     if not static_greedy:  # greedy rounds draw no random numbers
-      # [flat, γ + 2]: γ draft samples, the coins, the residual / bonus sample.
-      round_keys = jax.vmap(lambda k: jax.random.split(jax.random.fold_in(k, s.round),
-                                                       gamma + 2))(keys)
+      u = jax.lax.dynamic_index_in_dim(uniforms, jnp.minimum(s.round, max_decode_len - 1),
+                                       axis=1, keepdims=False)
+      draft_u = u[:, :2 * gamma].reshape(flat, gamma, 2)
+      coins, resample_u = u[:, 2 * gamma:3 * gamma], u[:, 3 * gamma:]
     n_drafted = jnp.clip(limit - s.n - 1, 0, gamma)
     if policy.adaptive:  # finished rows draft nothing, so the nested draft loop ends early
       n_drafted = jnp.where(active, jnp.minimum(n_drafted, s.budget), 0)
@@ -192,19 +201,18 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
       forced = jnp.where(idx <= max_decode_len, ahead, 0)
 
     # Named scopes label each phase in profiles (scripts/profile_round.py).
-    draft_keys = None if static_greedy else round_keys[:, :gamma]
     draft_forced = None if forced is None else forced[:, :gamma]
     with jax.named_scope('draft'):
       if policy.adaptive:
         draft_tokens, q, n_drafted, draft_cache = draft.draft_block_adaptive(
             draft_step_fn, s.draft_cache, s.prev, s.cur, s.n, gamma, n_drafted, vocab_size,
-            temp, topk, topp, draft_keys, draft_forced, real_vocab_size,
+            temp, topk, topp, draft_u, draft_forced, real_vocab_size,
             may_be_greedy=per_row_greedy,
             threshold=policy.threshold if policy.kind == 'confidence' else None)
       else:
         draft_tokens, q, draft_cache = draft.draft_block(
             draft_step_fn, s.draft_cache, s.prev, s.cur, s.n, gamma, vocab_size, temp, topk,
-            topp, draft_keys, draft_forced, real_vocab_size, may_be_greedy=per_row_greedy)
+            topp, draft_u, draft_forced, real_vocab_size, may_be_greedy=per_row_greedy)
     with jax.named_scope('verify'):
       if policy.adaptive:
         width = jnp.max(jnp.where(active, n_drafted, 0)) + 1
@@ -230,8 +238,7 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
         if forced is not None:
           p = jnp.where((forced > 0)[..., None], jax.nn.one_hot(forced, p.shape[-1]), p)
         n_acc, next_token = accept.accept_and_resample(
-            draft_tokens, q, p, n_drafted, greedy, round_keys[:, gamma],
-            round_keys[:, gamma + 1])
+            draft_tokens, q, p, n_drafted, greedy, coins, resample_u)
         beta = accept.acceptance_probability(p[:, :gamma], q)
 
     with jax.named_scope('commit'):

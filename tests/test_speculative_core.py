@@ -30,13 +30,13 @@ def test_accept_rule_on_one_hots_is_deterministic():
   q = jax.nn.one_hot(x, v)
   p = jax.nn.one_hot(jnp.array([[1, 2, 4, 0]]), v)
   for seed in range(3):
-    keys = jax.random.split(jax.random.PRNGKey(seed), 2)
+    u = jax.random.uniform(jax.random.PRNGKey(seed), (1, 5))
     n_acc, nxt = accept.accept_and_resample(x, q, p, jnp.array([3]), jnp.array([True]),
-                                            keys[:1], keys[1:])
+                                            u[:, :3], u[:, 3:])
     assert int(n_acc[0]) == 2 and int(nxt[0]) == 4
   # Budget: only one draft counts; after accepting it the next token is the bonus p_2.
   n_acc, nxt = accept.accept_and_resample(x, q, p, jnp.array([1]), jnp.array([True]),
-                                          keys[:1], keys[1:])
+                                          u[:, :3], u[:, 3:])
   assert int(n_acc[0]) == 1 and int(nxt[0]) == 2
 
 
@@ -48,9 +48,10 @@ def test_greedy_accept_matches_the_general_rule_on_one_hots():
     x = jnp.asarray(rng.integers(0, v, (2, gamma)), jnp.int32)
     t = jnp.asarray(rng.integers(0, v, (2, gamma + 1)), jnp.int32)
     n_drafted = jnp.asarray(rng.integers(0, gamma + 1, 2), jnp.int32)
-    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    u = jax.random.uniform(jax.random.PRNGKey(0), (2, gamma + 2))
     want = accept.accept_and_resample(x, jax.nn.one_hot(x, v), jax.nn.one_hot(t, v),
-                                      n_drafted, jnp.array([True, True]), keys[:2], keys[2:])
+                                      n_drafted, jnp.array([True, True]), u[:, :gamma],
+                                      u[:, gamma:])
     got = accept.greedy_accept(x, t, n_drafted)
     np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
     np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))

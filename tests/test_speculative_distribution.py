@@ -10,6 +10,7 @@ A planted wrong variant — resampling from p instead of the residual max(0, p �
 must fail the same test (p-value < 1e-3). Every adaptive draft-length policy is held
 to the same test (seed 0, same threshold), with γ_max = 3 so that rounds draft 1–3
 tokens; a planted adaptive verify call that misses the bonus position must fail it.
+The baseline `temperature_sample` with `sampler='inverse_cdf'` is held to it too.
 """
 
 from __future__ import annotations
@@ -179,3 +180,22 @@ def test_planted_narrow_verify_fails(models, monkeypatch):
   samples, _ = speculative_samples(model, params, draft_params, IDENTITY, IDENTITY, 1.0, 0, 0.0,
                                    gamma=3, policy=POLICIES['heuristic'])
   assert chi_square_pvalue(samples, dist) < P_MIN
+
+
+@pytest.mark.parametrize('temperature, topk, topp', SETTINGS)
+def test_baseline_inverse_cdf_sampler_matches_target(models, temperature, topk, topp):
+  model, params, _ = models
+  dist = exact_distribution(model, params, IDENTITY, temperature, topk, topp)
+
+  @jax.jit
+  def run(key):
+    cache = t5.encode_and_init_cache(model, params, ENC, LENGTH)
+    out, _ = decoding.temperature_sample(
+        jnp.zeros((1, LENGTH), jnp.int32), cache,
+        decoding.tokens_to_logits_from_step_fn(t5.make_step_fn(model, params)), 1,
+        decode_rng=key, num_decodes=N, temperature=temperature, topk=topk, topp=topp,
+        sampler='inverse_cdf')
+    return out[0]
+  samples = np.asarray(run(jax.random.PRNGKey(0)))
+  pvalue = chi_square_pvalue(samples, dist)
+  assert pvalue >= P_MIN, f'chi-square p={pvalue:.2e} for {temperature} {topk} {topp}'

@@ -156,13 +156,14 @@ def _null_step(vocab_size: int, eos_id: int):
 
 
 def loop_overheads(batch: int, vocab_size: int, max_decode_len: int, gammas, temperature,
-                   iters: int, eos_id: int = 1) -> dict:
+                   iters: int, eos_id: int = 1, baseline_sampler: str = 'gumbel') -> dict:
   """Seconds per round / per step of the decoders' own work, with (nearly) free models.
 
   Runs `decoding.speculative_sample` (every γ) and `decoding.temperature_sample` with
   `_null_step` models at the benchmark's batch, vocabulary, length and temperature,
   so the time left is the loops' own: argmax or sampling over the vocabulary, the
-  accept/resample rule, commit and bookkeeping.
+  accept/resample rule, commit and bookkeeping. The baseline samples with
+  `baseline_sampler` (`decoding.temperature_sample`'s `sampler`).
 
   Returns:
     dict with spec_round_s {γ: s per round} and base_step_s (s per step).
@@ -187,7 +188,8 @@ def loop_overheads(batch: int, vocab_size: int, max_decode_len: int, gammas, tem
   tokens_to_logits = decoding.tokens_to_logits_from_step_fn(step)
   base = xla_options.jit(lambda t: decoding.temperature_sample(
       prompt, cache, tokens_to_logits, eos_id, decode_rng=key,
-      temperature=0.0 if greedy else t, topk=0, prompt_free=True, per_row_greedy=False)[0])
+      temperature=0.0 if greedy else t, topk=0, prompt_free=True, per_row_greedy=False,
+      sampler=baseline_sampler)[0])
   out['base_step_s'] = _median_time(lambda: base(temp), iters) / max_decode_len
   return out
 

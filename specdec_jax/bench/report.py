@@ -43,7 +43,9 @@ def markdown(res: dict) -> str:
       + f'; max_input_len {s["max_input_len"]} (batches padded to the smallest of '
       f'{s.get("input_length_buckets") or []} or max_input_len that fits), '
       f'max_decode_len {s["max_decode_len"]}, '
-      f'repeats {s["repeats"]} (times: median [min–max] of the repeats, compilation excluded).',
+      f'repeats {s["repeats"]} (times: median [min–max] of the repeats, compilation excluded); '
+      f'baseline sampler at T > 0: `{s.get("baseline_sampler", "gumbel")}` (the speculative '
+      'loop samples by `inverse_cdf`).',
       '',
       f'Machine: {m["cpu_count"]} CPU cores ({m["processor"]}), {m["platform"]}; load average '
       f'at start {m.get("load_average_at_start")}; jax {m["jax"]}, flax {m["flax"]}, torch '

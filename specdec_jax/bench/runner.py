@@ -98,6 +98,7 @@ class Runner:
   seed: int
   real_vocab_size: Optional[int]
   policy: Any = None  # policies.DraftPolicy for adaptive draft lengths (γ = γ_max)
+  sampler: str = 'gumbel'  # the baseline's sampler (decoding.temperature_sample)
   plan: Any = None  # sharding.ShardingPlan (None: one device)
   times: list = dataclasses.field(default_factory=list)
   first_call_s: Optional[float] = None
@@ -114,7 +115,7 @@ class Runner:
               sharding_plan=self.plan)
     if self.method == 'baseline':
       return generate.t5_generate(self.m.target_model, self.m.target_params, batch.tokens,
-                                  self.max_decode_len, **kw)
+                                  self.max_decode_len, sampler=self.sampler, **kw)
     return generate.t5_speculative_generate(
         self.m.target_model, self.m.target_params, self.m.draft_model, self.m.draft_params,
         batch.tokens, self.max_decode_len, self.gamma, real_vocab_size=self.real_vocab_size,
