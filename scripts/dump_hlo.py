@@ -23,7 +23,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from specdec_jax import atomic, generate, policies  # noqa: E402
+from specdec_jax import atomic, generate, policies, sampling  # noqa: E402
 from specdec_jax.bench import runner  # noqa: E402
 
 
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
   ap.add_argument('--batch_size', type=int, default=1)
   ap.add_argument('--temperature', type=float, nargs='+', default=[0.0, 1.0])
   ap.add_argument('--baseline_sampler', nargs='+', default=['gumbel', 'inverse_cdf'],
-                  choices=['gumbel', 'inverse_cdf'])
+                  choices=list(sampling.SAMPLERS))
   ap.add_argument('--max_decode_len', type=int, default=64)
   args = ap.parse_args(argv)
   if args.gamma < 1 or args.batch_size < 1 or min(args.temperature) < 0:

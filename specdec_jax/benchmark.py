@@ -190,7 +190,8 @@ def benchmark(output_dir: str = 'out/benchmark',
     raise BenchmarkConfigError(
         f'benchmark.policies must be a tuple of {policies_lib.POLICIES[1:]}, e.g. '
         f'--gin.benchmark.policies="(\'heuristic\',)"; got {policies!r}.')
-  if baseline_sampler not in ('gumbel', 'inverse_cdf'):
+  from specdec_jax import sampling  # pylint: disable=g-import-not-at-top
+  if baseline_sampler not in sampling.SAMPLERS:
     raise BenchmarkConfigError(
         "benchmark.baseline_sampler must be 'inverse_cdf' (the speculative loop's sampler) "
         f"or 'gumbel' (T5X's jax.random.categorical); got {baseline_sampler!r}.")
