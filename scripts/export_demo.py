@@ -2,11 +2,15 @@ r"""Exports the trained demo pair into `specdec_jax/assets/demo_ende/` (T5X lega
 
   python scripts/export_demo.py --target_run=runs/target_ende_v3 --draft_run=runs/draft_ende_v3_qls \
       [--out=specdec_jax/assets/demo_ende] [--dtype=bfloat16]
+  python scripts/export_demo.py --target_run= --draft_run=runs/draft_ende_v31   # new draft only
 
 Writes `<out>/target/checkpoint_<step>/` and `<out>/draft/checkpoint_<step>/` with
 `specdec_jax.checkpoints.save_t5x_checkpoint` (TensorStore/zarr arrays beside the msgpack,
 as T5X does), a `config.json` (T5Config) next to each, and `<out>/pair.json` recording both
-configs, the vocabulary and the training summaries.
+configs, the vocabulary and the training summaries. `--target_run=` (empty) or
+`--draft_run=` keeps that model as shipped, with its `pair.json` entry (e.g. a new draft
+for the shipped target). Each model folder is written beside its destination and swapped
+in only once it loads back onto its config; `pair.json` is written atomically.
 """
 
 from __future__ import annotations
@@ -25,21 +29,30 @@ from specdec_jax.models import t5  # noqa: E402
 
 
 def export_model(run_dir, out_dir, dtype):
-  from specdec_jax import checkpoints
+  from specdec_jax import atomic, checkpoints
   run_dir, out_dir = pathlib.Path(run_dir), pathlib.Path(out_dir)
   config, params = train_lib.load_run(run_dir)
   t5.check_params(params, config)
   summary = json.loads((run_dir / 'summary.json').read_text())
   step = int(summary['steps'])
+  tmp = out_dir.with_name(f'.{out_dir.name}.export.tmp')
+  old = out_dir.with_name(f'.{out_dir.name}.export.old')
+  for stale in (tmp, old):
+    shutil.rmtree(stale, ignore_errors=True)
+  tmp.mkdir(parents=True)
+  try:
+    path = checkpoints.save_t5x_checkpoint(params, tmp, step, dtype=dtype)
+    atomic.write_text(tmp / 'config.json', json.dumps(train_lib.config_to_dict(config), indent=2))
+    # Round trip: what is shipped loads back onto the config.
+    t5.check_params(checkpoints.load_t5x_checkpoint(tmp, config=config), config)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
   if out_dir.exists():
-    shutil.rmtree(out_dir)
-  out_dir.mkdir(parents=True)
-  path = checkpoints.save_t5x_checkpoint(params, out_dir, step, dtype=dtype)
-  (out_dir / 'config.json').write_text(json.dumps(train_lib.config_to_dict(config), indent=2))
-  # Round trip: what is shipped loads back onto the config.
-  loaded = checkpoints.load_t5x_checkpoint(out_dir, config=config)
-  t5.check_params(loaded, config)
-  return config, step, path, summary
+    out_dir.rename(old)
+  tmp.rename(out_dir)
+  shutil.rmtree(old, ignore_errors=True)
+  return config, step, out_dir / pathlib.Path(path).relative_to(tmp), summary, params
 
 
 def main(argv=None):
@@ -56,18 +69,27 @@ def main(argv=None):
           'vocabulary': {'path': 'vocab/ende8k.model', 'extra_ids': 100,
                          'usage': 'seqio.SentencePieceVocabulary(path, extra_ids=100)'},
           'storage_dtype': args.dtype, 'eos_id': 1, 'pad_id': 0}
+  from specdec_jax import atomic
+  previous = {}
+  if (out / 'pair.json').is_file():
+    previous = json.loads((out / 'pair.json').read_text())
   for role, run in (('target', args.target_run), ('draft', args.draft_run)):
-    if run is None or not pathlib.Path(run, 'params.msgpack').exists():
-      print(f'skipping {role}: no finished run at {run}')
+    if not run:
+      if role not in previous:
+        raise SystemExit(f'--{role}_run is empty but {out / "pair.json"} has no {role} to keep.')
+      pair[role], pair[f'{role}_config'] = previous[role], previous[f'{role}_config']
+      print(f'{role}: kept as shipped ({previous[role]["checkpoint"]})')
       continue
-    config, step, path, summary = export_model(run, out / role, dtype)
+    if not pathlib.Path(run, 'params.msgpack').exists():
+      raise SystemExit(f'--{role}_run={run!r}: no finished run there (params.msgpack).')
+    config, step, path, summary, params = export_model(run, out / role, dtype)
     pair[role] = {'checkpoint': f'{role}/checkpoint_{step}', 'step': step,
-                  'params': train_lib.param_count(train_lib.load_run(run)[1]),
+                  'params': train_lib.param_count(params),
                   't5_config': train_lib.config_to_dict(config),
                   'train_summary': {k: v for k, v in summary.items() if k != 'config'}}
     pair[f'{role}_config'] = pair[role]['t5_config']  # the key specdec_jax.decode reads
     print(role, path)
-  (out / 'pair.json').write_text(json.dumps(pair, indent=2))
+  atomic.write_text(out / 'pair.json', json.dumps(pair, indent=2))
   print(json.dumps({k: v for k, v in pair.items() if k not in ('target', 'draft')}))
 
 

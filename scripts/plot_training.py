@@ -7,7 +7,9 @@ Reads each run's `train_log.jsonl` (written by `specdec_jax.train`): the trainin
 (every `log_every_steps`, one batch each, so it is noisy) and the greedy dev BLEU on the
 first 500 Multi30K validation sentences (every `eval_every_steps`); for the draft also
 its greedy agreement with the target along the target's dev outputs (α at T = 0) and
-Σ min(p, q) (α at T = 1). Writes one PNG (atomically).
+Σ min(p, q) (α at T = 1). Writes one PNG (atomically). An empty `--target_run=` plots the
+draft alone (the v3.1 draft's fine-tuning run:
+`--target_run= --draft_run=runs/draft_ende_v31 --output=.../training_curves_draft_v31.png`).
 """
 
 from __future__ import annotations
@@ -38,8 +40,13 @@ def main(argv=None):
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  for ax, (role, run) in zip(axes, (('target', args.target_run), ('draft', args.draft_run))):
+  runs = [(role, run) for role, run in (('target', args.target_run), ('draft', args.draft_run))
+          if run]
+  if not runs:
+    p.error('--target_run and --draft_run are both empty: nothing to plot.')
+  fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs) + 1.5 * (len(runs) == 1), 4),
+                           squeeze=False)
+  for ax, (role, run) in zip(axes[0], runs):
     train, dev = read_log(run)
     ax.plot([r['step'] for r in train], [r['loss'] for r in train], color='tab:blue', lw=0.8,
             label='training loss (one batch)')

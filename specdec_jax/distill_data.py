@@ -45,7 +45,8 @@ def distill_data(target_run: str = gin.REQUIRED,
   """Writes the greedy (or sampled) outputs of `target_run`'s model for every source of `split`.
 
   Args:
-    target_run: a finished training run dir (`config.json`, `params.msgpack`).
+    target_run: a finished training run dir (`config.json`, `params.msgpack`) or a model
+      folder with `config.json` and T5X checkpoints (the shipped target).
     output_path: the token-id file to write (`train.targets_path` reads it).
     split: shared-data split whose `.en` side is translated.
     vocab_path: the SentencePiece model (the task prefix is added as in training).
@@ -70,12 +71,13 @@ def distill_data(target_run: str = gin.REQUIRED,
   if not temperature >= 0:
     raise ValueError(f'distill_data.temperature must be >= 0 (0 = greedy), got {temperature!r}.')
   run = pathlib.Path(target_run)
-  for name in ('config.json', 'params.msgpack'):
-    if not (run / name).is_file():
-      raise FileNotFoundError(f'distill_data.target_run={target_run!r} has no {name}: train '
-                              'the target first (python -m specdec_jax.train ...).')
   t0 = time.time()
-  config, params = train_lib.load_run(run)
+  try:
+    config, params = train_lib.load_run(run)
+  except FileNotFoundError as e:
+    raise FileNotFoundError(f'distill_data.target_run={target_run!r}: {e} Train the target '
+                            'first (python -m specdec_jax.train ...) or pass the shipped '
+                            "target, 'specdec_jax/assets/demo_ende/target'.") from e
   model = t5.Transformer(config.replace(dropout_rate=0.0))
   processor = vocabulary.load_processor(vocab_path)
   sources, _ = data_lib.read_parallel(split, data_dir, limit=limit)

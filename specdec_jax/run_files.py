@@ -41,10 +41,33 @@ def load_params(path: str | os.PathLike):
 
 
 def load_run(run_dir: str | os.PathLike):
-  """(T5Config, float32 params) of a finished run dir (`config.json`, `params.msgpack`)."""
+  """(T5Config, float32 params) of a finished model folder.
+
+  Args:
+    run_dir: a training run (`config.json` + `params.msgpack`, as `specdec_jax.train`
+      writes), or a folder with `config.json` and T5X checkpoints (`checkpoint_<step>/`,
+      the newest is read), such as the shipped pair's `specdec_jax/assets/demo_ende/target`.
+  Returns:
+    `(T5Config, params)`, the params as float32 numpy arrays in T5X's tree.
+  Raises:
+    FileNotFoundError: `config.json` is missing, or neither `params.msgpack` nor a T5X
+      checkpoint is there (the message names the folder and what was expected).
+  """
   run_dir = pathlib.Path(run_dir)
+  if not (run_dir / 'config.json').is_file():
+    raise FileNotFoundError(
+        f'{run_dir} has no config.json: pass a finished training run (config.json + '
+        'params.msgpack) or a model folder with config.json and T5X checkpoint_<step>/ folders.')
   config = config_from_dict(json.loads((run_dir / 'config.json').read_text()))
-  return config, load_params(run_dir / 'params.msgpack')
+  if (run_dir / 'params.msgpack').is_file():
+    return config, load_params(run_dir / 'params.msgpack')
+  if not any(run_dir.glob('checkpoint_*')):
+    raise FileNotFoundError(
+        f'{run_dir} has config.json but neither params.msgpack (a finished training run) nor '
+        'T5X checkpoint_<step>/ folders.')
+  from specdec_jax import checkpoints  # pylint: disable=import-outside-toplevel
+  params = checkpoints.load_t5x_checkpoint(run_dir, config=config, dtype=np.float32)
+  return config, jax.tree_util.tree_map(np.asarray, params)
 
 
 # ---------------------------------------------------------------------------- checkpoints

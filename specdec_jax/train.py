@@ -141,7 +141,8 @@ def train(run_dir: str = gin.REQUIRED,
           targets_path: str | Sequence[str] | None = None,
           eval_every_steps: int = 0,
           eval_split: str = 'ende/multi30k/val',
-          eval_examples: int = 500) -> dict:
+          eval_examples: int = 500,
+          init_params_dir: str | None = None) -> dict:
   """Trains one model; returns a summary dict (also written to `<run_dir>/summary.json`).
 
   `targets_path` replaces the gold German side by token-id lines (sequence-level
@@ -151,6 +152,11 @@ def train(run_dir: str = gin.REQUIRED,
   With `eval_every_steps > 0`, the first `eval_examples` sentences of `eval_split`
   are translated greedily every that many steps (and at the end) and their sacreBLEU
   is logged as `dev_bleu` in `train_log.jsonl`.
+  `init_params_dir` starts from a finished model's params instead of a random init
+  (fine-tuning; a run folder or a folder with `config.json` and T5X checkpoints, such
+  as the shipped draft): its config must equal `model_config` (dropout aside), and the
+  optimizer state and schedule start fresh. A resumed run ignores it (its train state
+  already holds the params). `teacher_dir` takes the same two kinds of folder.
   """
   start_time = time.time()
   if mode not in ('target', 'distill'):
@@ -180,6 +186,13 @@ def train(run_dir: str = gin.REQUIRED,
   rng = jax.random.PRNGKey(seed)
   init_rng, dropout_rng = jax.random.split(rng)
   params = t5.init_params(model_config, init_rng)
+  if init_params_dir:
+    init_config, init_params = load_run(init_params_dir)
+    if init_config.replace(dropout_rate=0.0) != model_config.replace(dropout_rate=0.0):
+      raise ValueError(f'train.init_params_dir={init_params_dir!r} holds a model of another '
+                       'config than train.model_config; fine-tune it with its own config.')
+    params = jax.tree_util.tree_map(jnp.asarray, init_params)
+    t5.check_params(params, model_config)
   schedule = make_schedule(learning_rate, warmup_steps, lr_decay, total_steps)
   opt = make_optimizer(schedule, weight_decay, name=optimizer, query_lr_scale=query_lr_scale)
   state = TrainState(step=jnp.array(0, jnp.int32), params=params,
@@ -283,7 +296,8 @@ def train(run_dir: str = gin.REQUIRED,
   summary = {'mode': mode, 'steps': int(state.step), 'epoch': position['epoch'],
              'batch_in_epoch': position['batch'], 'params': n_params,
              'minutes_this_session': (time.time() - start_time) / 60, 'stop_reason': stop_reason,
-             'last_metrics': last, 'config': config_to_dict(model_config)}
+             'last_metrics': last, 'config': config_to_dict(model_config),
+             'init_params_dir': init_params_dir}
   summary['minutes_previous_sessions'] = prior_s / 60
   summary['minutes_total'] = summary['minutes_this_session'] + prior_s / 60
   atomic.write_text(run_dir / 'summary.json', json.dumps(summary, indent=2))

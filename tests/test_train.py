@@ -170,7 +170,7 @@ def test_gin_configs_parse_and_flags():
   gin.clear_config()
   try:
     for name in ('target_ende.gin', 'target_ende_v3.gin', 'draft_ende.gin', 'draft_ende_v3.gin',
-                 'draft_ende_v3_qls.gin'):
+                 'draft_ende_v3_qls.gin', 'draft_ende_v31.gin'):
       gin.clear_config()
       gin.add_config_file_search_path(str(REPO))  # the v3 configs include the v2 ones
       gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], bindings)
@@ -278,3 +278,81 @@ def test_distill_data_cli_errors(tmp_path):
   assert distill_lib.main(run + ['--gin.distill_data.temperature=-0.5']) == 2
   assert distill_lib.main(run) == 2  # no such run: FileNotFoundError before decoding
   assert not list(tmp_path.iterdir())
+
+
+def _t5x_model_folder(path, cfg, params, step=7):
+  """A model folder as the shipped pair has: config.json + T5X checkpoint_<step>/."""
+  import json
+  from specdec_jax import checkpoints
+  path.mkdir(parents=True)
+  checkpoints.save_t5x_checkpoint(params, path, step)
+  (path / 'config.json').write_text(json.dumps(train_lib.config_to_dict(cfg)))
+  return path
+
+
+def test_load_run_reads_t5x_model_folders(tmp_path):
+  """`load_run` (teacher_dir, init_params_dir, distill_data.target_run) reads a training run
+  or a folder of T5X checkpoints such as the shipped pair's, newest step first."""
+  from specdec_jax import run_files
+  params = t5.init_params(TINY, jax.random.PRNGKey(3))
+  folder = _t5x_model_folder(tmp_path / 'm', TINY, params)
+  cfg, loaded = run_files.load_run(folder)
+  assert cfg == TINY
+  for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(loaded)):
+    assert b.dtype == np.float32 and np.array_equal(np.asarray(a), b)
+  with pytest.raises(FileNotFoundError, match='has no config.json'):
+    run_files.load_run(tmp_path)
+  (tmp_path / 'empty').mkdir()
+  (tmp_path / 'empty/config.json').write_text((folder / 'config.json').read_text())
+  with pytest.raises(FileNotFoundError, match='neither params.msgpack'):
+    run_files.load_run(tmp_path / 'empty')
+
+
+def test_train_init_params_dir_starts_from_those_params(tmp_path):
+  """Fine-tuning: `train.init_params_dir` replaces the random init (0 steps: the saved params
+  are exactly the folder's); another model's folder is a ValueError before any step."""
+  from specdec_jax import run_files
+  start = t5.init_params(TINY.replace(vocab_size=8192), jax.random.PRNGKey(11))
+  cfg = TINY.replace(vocab_size=8192)
+  folder = _t5x_model_folder(tmp_path / 'init', cfg, start)
+  root = _tiny_split(tmp_path)
+  common = dict(model_config=cfg, vocab_path=str(SHIPPED_VOCAB), train_split='toy/train',
+                data_dir=str(root), batch_size=4, buckets=(32,), max_steps=0,
+                checkpoint_every_steps=1000)
+  summary = train_lib.train(run_dir=str(tmp_path / 'run'), init_params_dir=str(folder), **common)
+  assert summary['init_params_dir'] == str(folder)
+  saved = run_files.load_params(tmp_path / 'run/params.msgpack')
+  for a, b in zip(jax.tree_util.tree_leaves(start), jax.tree_util.tree_leaves(saved)):
+    assert np.array_equal(np.asarray(a), np.asarray(b))
+  with pytest.raises(ValueError, match='train.init_params_dir=.* another config'):
+    train_lib.train(run_dir=str(tmp_path / 'run2'), init_params_dir=str(folder),
+                    **dict(common, model_config=cfg.replace(mlp_dim=32)))
+
+
+def test_v31_recipe_reads_the_shipped_pair():
+  """The v3.1 draft's distillation configs and fine-tuning config point at the shipped
+  checkpoints, and `load_run` reads those folders onto the pair's configs."""
+  import json
+  from specdec_jax import distill_data  # noqa: F401  (registers distill_data with gin)
+  from specdec_jax import run_files
+  root = REPO / 'specdec_jax/assets/demo_ende'
+  pair = json.loads((root / 'pair.json').read_text())
+  try:
+    for name, temperature in (('distill_data_v3_shipped.gin', 0.0),
+                              ('distill_data_sampled_v3_shipped.gin', 1.0)):
+      gin.clear_config()
+      gin.add_config_file_search_path(str(REPO))
+      gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], [])
+      assert gin.query_parameter('distill_data.target_run') == 'specdec_jax/assets/demo_ende/target'
+      assert gin.query_parameter('distill_data.temperature') == temperature
+    gin.clear_config()
+    gin.add_config_file_search_path(str(REPO))
+    gin.parse_config_files_and_bindings([str(REPO / 'configs/train/draft_ende_v31.gin')], [])
+    assert gin.query_parameter('train.init_params_dir') == 'specdec_jax/assets/demo_ende/draft'
+    assert gin.query_parameter('train.teacher_dir') == 'specdec_jax/assets/demo_ende/target'
+  finally:
+    gin.clear_config()
+  for role in ('target', 'draft'):
+    config, params = run_files.load_run(root / role)
+    assert run_files.config_to_dict(config) == pair[f'{role}_config']
+    assert run_files.param_count(params) == pair[role]['params']
