@@ -338,13 +338,13 @@ def test_v31_recipe_reads_the_shipped_pair():
   root = REPO / 'specdec_jax/assets/demo_ende'
   pair = json.loads((root / 'pair.json').read_text())
   try:
-    for name, temperature in (('distill_data_v3_shipped.gin', 0.0),
-                              ('distill_data_sampled_v3_shipped.gin', 1.0)):
+    for name in ('distill_data_v3_shipped.gin', 'distill_data_sampled_v3_shipped.gin'):
       gin.clear_config()
       gin.add_config_file_search_path(str(REPO))
       gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], [])
       assert gin.query_parameter('distill_data.target_run') == 'specdec_jax/assets/demo_ende/target'
-      assert gin.query_parameter('distill_data.temperature') == temperature
+    assert gin.query_parameter('distill_data.temperature') == 1.0  # the sampled set
+    assert gin.query_parameter('distill_data.seed') == 1
     gin.clear_config()
     gin.add_config_file_search_path(str(REPO))
     gin.parse_config_files_and_bindings([str(REPO / 'configs/train/draft_ende_v31.gin')], [])
