@@ -48,7 +48,10 @@ def main(argv=None) -> int:
   target, draft = t5.Transformer(tc), t5.Transformer(dc)
   sp = vocabulary.load_processor(args.vocab)
   sources, _ = data_lib.read_parallel(args.split, None, limit=args.num)
+  if len(sources) < args.num:
+    p.error(f'--num={args.num} but {args.split} has only {len(sources)} sentences')
   inputs = data_lib.encode_inputs(sp, sources)
+  enc_len = max(len(e) for e in inputs)  # every source whole, with its EOS
   samples = [None] * len(inputs)
   for idx, rows in evaluation.decode_batches(target, tp, inputs, batch_size=BATCH,
                                              max_decode_len=LENGTH, temperature=1.0, seed=123):
@@ -56,23 +59,24 @@ def main(argv=None) -> int:
       samples[i] = evaluation.ids_until_eos(row)
 
   @jax.jit
-  def betas(enc, dec_in, tgt):
-    p_t = jax.nn.softmax(target.apply({'params': tp}, enc, dec_in, tgt, enable_dropout=False))
-    logits_d = draft.apply({'params': dp}, enc, dec_in, tgt, enable_dropout=False)
+  def betas(tparams, dparams, enc, dec_in, tgt):
+    p_t = jax.nn.softmax(target.apply({'params': tparams}, enc, dec_in, tgt,
+                                      enable_dropout=False))
+    logits_d = draft.apply({'params': dparams}, enc, dec_in, tgt, enable_dropout=False)
     return jnp.stack([jnp.sum(jnp.minimum(p_t, jax.nn.softmax(logits_d / tau, -1)), -1)
                       for tau in TAUS])
 
   total, count = np.zeros(len(TAUS)), 0
   for b in range(0, len(inputs), BATCH):
-    enc = np.zeros((BATCH, LENGTH), np.int32)
+    enc = np.zeros((BATCH, enc_len), np.int32)
     tgt = np.zeros((BATCH, LENGTH), np.int32)
     for j in range(BATCH):
-      e = inputs[b + j][:LENGTH]
+      e = inputs[b + j]
       s = (samples[b + j] + [1])[:LENGTH]  # the sample and its EOS
       enc[j, :len(e)], tgt[j, :len(s)] = e, s
     dec_in = np.zeros_like(tgt)
     dec_in[:, 1:] = tgt[:, :-1]
-    beta = np.asarray(betas(enc, dec_in, tgt))
+    beta = np.asarray(betas(tp, dp, enc, dec_in, tgt))
     mask = tgt > 0
     total += (beta * mask).sum((1, 2))
     count += int(mask.sum())

@@ -9,8 +9,10 @@ Writes `<out>/target/checkpoint_<step>/` and `<out>/draft/checkpoint_<step>/` wi
 as T5X does), a `config.json` (T5Config) next to each, and `<out>/pair.json` recording both
 configs, the vocabulary and the training summaries. `--target_run=` (empty) or
 `--draft_run=` keeps that model as shipped, with its `pair.json` entry (e.g. a new draft
-for the shipped target). Each model folder is written beside its destination and swapped
-in only once it loads back onto its config; `pair.json` is written atomically.
+for the shipped target). Every run is checked before any folder is replaced; each model
+folder is written beside its destination and swapped in (two renames; an interrupted swap
+is undone by the next export) only once it loads back onto its config; `pair.json` is
+written atomically.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ def export_model(run_dir, out_dir, dtype):
   step = int(summary['steps'])
   tmp = out_dir.with_name(f'.{out_dir.name}.export.tmp')
   old = out_dir.with_name(f'.{out_dir.name}.export.old')
+  if old.exists() and not out_dir.exists():  # an earlier export died between its renames
+    old.rename(out_dir)
   for stale in (tmp, old):
     shutil.rmtree(stale, ignore_errors=True)
   tmp.mkdir(parents=True)
@@ -50,7 +54,12 @@ def export_model(run_dir, out_dir, dtype):
     raise
   if out_dir.exists():
     out_dir.rename(old)
-  tmp.rename(out_dir)
+  try:
+    tmp.rename(out_dir)
+  except BaseException:
+    if old.exists() and not out_dir.exists():
+      old.rename(out_dir)
+    raise
   shutil.rmtree(old, ignore_errors=True)
   return config, step, out_dir / pathlib.Path(path).relative_to(tmp), summary, params
 
@@ -73,15 +82,21 @@ def main(argv=None):
   previous = {}
   if (out / 'pair.json').is_file():
     previous = json.loads((out / 'pair.json').read_text())
-  for role, run in (('target', args.target_run), ('draft', args.draft_run)):
+  roles = (('target', args.target_run), ('draft', args.draft_run))
+  for role, run in roles:  # every check before any folder is replaced
     if not run:
-      if role not in previous:
+      if role not in previous or f'{role}_config' not in previous:
         raise SystemExit(f'--{role}_run is empty but {out / "pair.json"} has no {role} to keep.')
+      if previous.get('storage_dtype') != args.dtype:
+        raise SystemExit(f'--{role}_run is empty (keep the shipped {role}), but it is stored as '
+                         f'{previous.get("storage_dtype")} and --dtype is {args.dtype}.')
+    elif not pathlib.Path(run, 'params.msgpack').exists():
+      raise SystemExit(f'--{role}_run={run!r}: no finished run there (params.msgpack).')
+  for role, run in roles:
+    if not run:
       pair[role], pair[f'{role}_config'] = previous[role], previous[f'{role}_config']
       print(f'{role}: kept as shipped ({previous[role]["checkpoint"]})')
       continue
-    if not pathlib.Path(run, 'params.msgpack').exists():
-      raise SystemExit(f'--{role}_run={run!r}: no finished run there (params.msgpack).')
     config, step, path, summary, params = export_model(run, out / role, dtype)
     pair[role] = {'checkpoint': f'{role}/checkpoint_{step}', 'step': step,
                   'params': train_lib.param_count(params),

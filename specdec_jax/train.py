@@ -186,19 +186,20 @@ def train(run_dir: str = gin.REQUIRED,
   rng = jax.random.PRNGKey(seed)
   init_rng, dropout_rng = jax.random.split(rng)
   params = t5.init_params(model_config, init_rng)
-  if init_params_dir:
-    init_config, init_params = load_run(init_params_dir)
-    if init_config.replace(dropout_rate=0.0) != model_config.replace(dropout_rate=0.0):
-      raise ValueError(f'train.init_params_dir={init_params_dir!r} holds a model of another '
-                       'config than train.model_config; fine-tune it with its own config.')
-    params = jax.tree_util.tree_map(jnp.asarray, init_params)
-    t5.check_params(params, model_config)
   schedule = make_schedule(learning_rate, warmup_steps, lr_decay, total_steps)
   opt = make_optimizer(schedule, weight_decay, name=optimizer, query_lr_scale=query_lr_scale)
   state = TrainState(step=jnp.array(0, jnp.int32), params=params,
                      opt_state=opt.init(params))
   position = {'epoch': 0, 'batch': 0}
   restored = restore_train_state(run_dir, state)
+  if restored is None and init_params_dir:  # a resumed run's train state holds its params
+    init_config, init_params = load_run(init_params_dir)
+    if init_config.replace(dropout_rate=0.0) != model_config.replace(dropout_rate=0.0):
+      raise ValueError(f'train.init_params_dir={init_params_dir!r} holds a model of another '
+                       'config than train.model_config; fine-tune it with its own config.')
+    params = jax.tree_util.tree_map(jnp.asarray, init_params)
+    t5.check_params(params, model_config)
+    state = TrainState(step=jnp.array(0, jnp.int32), params=params, opt_state=opt.init(params))
   prior_s = 0  # training seconds of earlier sessions of this run (kept in the train states)
   if restored is not None:
     state, position = restored

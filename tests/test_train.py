@@ -178,7 +178,7 @@ def test_gin_configs_parse_and_flags():
       assert gin.query_parameter('network.T5Config.logits_via_embedding') is False
       assert gin.query_parameter('network.T5Config.vocab_size') == 8192
       assert gin.query_parameter('train.max_steps') == 7
-      if name == 'draft_ende_v3_qls.gin':  # the shipped draft's recipe
+      if name == 'draft_ende_v3_qls.gin':  # the v3 draft's recipe (v3.1 fine-tunes it)
         assert gin.query_parameter('train.query_lr_scale') == pytest.approx(60 ** -0.5, abs=1e-4)
         assert gin.query_parameter('train.teacher_dir') == 'runs/target_ende_v3'
   finally:
@@ -298,6 +298,7 @@ def test_load_run_reads_t5x_model_folders(tmp_path):
   folder = _t5x_model_folder(tmp_path / 'm', TINY, params)
   cfg, loaded = run_files.load_run(folder)
   assert cfg == TINY
+  assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(loaded)
   for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(loaded)):
     assert b.dtype == np.float32 and np.array_equal(np.asarray(a), b)
   with pytest.raises(FileNotFoundError, match='has no config.json'):
@@ -322,11 +323,15 @@ def test_train_init_params_dir_starts_from_those_params(tmp_path):
   summary = train_lib.train(run_dir=str(tmp_path / 'run'), init_params_dir=str(folder), **common)
   assert summary['init_params_dir'] == str(folder)
   saved = run_files.load_params(tmp_path / 'run/params.msgpack')
+  assert jax.tree_util.tree_structure(start) == jax.tree_util.tree_structure(saved)
   for a, b in zip(jax.tree_util.tree_leaves(start), jax.tree_util.tree_leaves(saved)):
     assert np.array_equal(np.asarray(a), np.asarray(b))
+  other = _t5x_model_folder(tmp_path / 'other', cfg.replace(mlp_dim=32),
+                            t5.init_params(cfg.replace(mlp_dim=32), jax.random.PRNGKey(2)))
   with pytest.raises(ValueError, match='train.init_params_dir=.* another config'):
-    train_lib.train(run_dir=str(tmp_path / 'run2'), init_params_dir=str(folder),
-                    **dict(common, model_config=cfg.replace(mlp_dim=32)))
+    train_lib.train(run_dir=str(tmp_path / 'run2'), init_params_dir=str(other), **common)
+  # A resumed run takes its params from its train state and never reads init_params_dir.
+  train_lib.train(run_dir=str(tmp_path / 'run'), init_params_dir=str(other), **common)
 
 
 def test_v31_recipe_reads_the_shipped_pair():
@@ -348,11 +353,14 @@ def test_v31_recipe_reads_the_shipped_pair():
     gin.clear_config()
     gin.add_config_file_search_path(str(REPO))
     gin.parse_config_files_and_bindings([str(REPO / 'configs/train/draft_ende_v31.gin')], [])
-    assert gin.query_parameter('train.init_params_dir') == 'specdec_jax/assets/demo_ende/draft'
+    assert gin.query_parameter('train.init_params_dir') == 'runs/draft_v3'  # v3, from git
     assert gin.query_parameter('train.teacher_dir') == 'specdec_jax/assets/demo_ende/target'
   finally:
     gin.clear_config()
   for role in ('target', 'draft'):
+    # load_run reads the newest checkpoint_<step>: the folder must hold just the shipped one.
+    assert [p.name for p in (root / role).glob('checkpoint_*')] == [
+        pair[role]['checkpoint'].split('/')[-1]]
     config, params = run_files.load_run(root / role)
     assert run_files.config_to_dict(config) == pair[f'{role}_config']
     assert run_files.param_count(params) == pair[role]['params']
