@@ -15,6 +15,8 @@ Modes (`train.mode`):
            α = Σ_x min(p_T, q_D) = 1 − TV(p_T, q_D) and TV ≤ sqrt(KL/2) (Pinsker), so
            lowering the forward KL to the target pushes α up directly; the gold term
            keeps the small draft anchored to the data where the teacher is wrong.
+           `tv_weight > 0` adds tv_weight · TV(p_T, q_D) = tv_weight · (1 − Σ min(p_T, q_D)),
+           the acceptance rate's own objective (DistillSpec's TVD), per token.
 
 Everything runs under `run_dir`: `config.json` (the T5Config), `train_state_<step>.msgpack`
 (params, optimizer state and data position, written every `checkpoint_every_steps`, the
@@ -59,6 +61,7 @@ from specdec_jax.run_files import (_checkpoints, config_from_dict, config_to_dic
                                    save_params, save_train_state)
 from specdec_jax.train_step import (TrainState, cross_entropy, is_query_kernel,  # noqa: F401
                                     kl_to_teacher, make_optimizer, make_schedule,
+                                    tv_to_teacher,
                                     make_train_step)
 
 
@@ -128,6 +131,7 @@ def train(run_dir: str = gin.REQUIRED,
           weight_decay: float = 0.01,
           label_smoothing: float = 0.1,
           kd_weight: float = 0.5,
+          tv_weight: float = 0.0,
           teacher_dir: str | None = None,
           max_steps: int = 1_000_000,
           max_minutes: float = 35.0,
@@ -139,6 +143,8 @@ def train(run_dir: str = gin.REQUIRED,
           optimizer: str = 'adamw',
           query_lr_scale: float = 1.0,
           targets_path: str | Sequence[str] | None = None,
+          subword_samples: int = 0,
+          subword_alpha: float = 0.3,
           eval_every_steps: int = 0,
           eval_split: str = 'ende/multi30k/val',
           eval_examples: int = 500,
@@ -152,6 +158,8 @@ def train(run_dir: str = gin.REQUIRED,
   With `eval_every_steps > 0`, the first `eval_examples` sentences of `eval_split`
   are translated greedily every that many steps (and at the end) and their sacreBLEU
   is logged as `dev_bleu` in `train_log.jsonl`.
+  `subword_samples = K > 0` (target mode, gold data) trains on K sampled SentencePiece
+  segmentations of every pair (subword regularisation, `data.load_dataset`).
   `init_params_dir` starts from a finished model's params instead of a random init
   (fine-tuning; a run folder or a folder with `config.json` and T5X checkpoints, such
   as the shipped draft): its config must equal `model_config` (dropout aside), and the
@@ -161,6 +169,11 @@ def train(run_dir: str = gin.REQUIRED,
   start_time = time.time()
   if mode not in ('target', 'distill'):
     raise ValueError(f"train.mode must be 'target' or 'distill', got {mode!r}.")
+  if not (isinstance(tv_weight, (int, float)) and tv_weight >= 0):
+    raise ValueError(f'train.tv_weight must be a number >= 0, got {tv_weight!r}.')
+  if tv_weight and mode != 'distill':
+    raise ValueError(f'train.tv_weight={tv_weight} needs train.mode="distill" (it is a '
+                     'distance to the teacher); set it to 0 for mode="target".')
   run_dir = pathlib.Path(run_dir)
   run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -169,7 +182,8 @@ def train(run_dir: str = gin.REQUIRED,
     raise ValueError(f'vocab_size {model_config.vocab_size} < {processor.vocab_size()} pieces '
                      f'+ {vocabulary.DEFAULT_EXTRA_IDS} extra ids.')
   dataset = data_lib.load_dataset(processor, train_split, batch_size, buckets, seed, data_dir,
-                                  limit=limit_examples, targets_path=targets_path)
+                                  limit=limit_examples, targets_path=targets_path,
+                                  subword_samples=subword_samples, subword_alpha=subword_alpha)
 
   model = t5.Transformer(model_config)
   teacher, teacher_params = None, None
@@ -225,7 +239,7 @@ def train(run_dir: str = gin.REQUIRED,
         f'examples={len(dataset.inputs)}', flush=True)
 
   train_step = make_train_step(model, opt, mode=mode, label_smoothing=label_smoothing,
-                               kd_weight=kd_weight, teacher=teacher)
+                               kd_weight=kd_weight, tv_weight=tv_weight, teacher=teacher)
   log_file = open(run_dir / 'train_log.jsonl', 'a')
   dev_eval = None
   if eval_every_steps:

@@ -131,6 +131,62 @@ def test_distill_loss_finite():
   assert float(metrics['kl']) >= 0
 
 
+def test_tv_to_teacher_is_one_minus_sum_min():
+  # ½ Σ|p − q| = 1 − Σ min(p, q) (the acceptance rate of speculative sampling), checked
+  # against NumPy on random logits; identical logits give 0, zero weight drops a position.
+  rng = np.random.default_rng(4)
+  s = rng.normal(size=(3, 5, 17)).astype(np.float32) * 2
+  t = rng.normal(size=(3, 5, 17)).astype(np.float32) * 2
+  w = np.ones((3, 5), np.float32)
+  w[2, 3:] = 0
+  p = np.exp(t) / np.exp(t).sum(-1, keepdims=True)
+  q = np.exp(s) / np.exp(s).sum(-1, keepdims=True)
+  want = ((1 - np.minimum(p, q).sum(-1)) * w).sum()
+  np.testing.assert_allclose(float(train_lib.tv_to_teacher(s, t, w)), want, rtol=1e-5)
+  assert abs(float(train_lib.tv_to_teacher(s, s, w))) < 1e-5
+
+
+def test_distill_loss_composition_and_tv_descent():
+  # loss = (1 − kd)·CE + kd·KL + tv_weight·TV per token (label smoothing 0, so CE = NLL);
+  # a TV weight makes the steps lower the TV itself.
+  teacher_cfg = TINY.replace(num_decoder_layers=2)
+  teacher = t5.Transformer(teacher_cfg)
+  tparams = t5.init_params(teacher_cfg, jax.random.PRNGKey(5))
+  model = t5.Transformer(TINY)
+  params = t5.init_params(TINY, jax.random.PRNGKey(0))
+  batch = _tiny_batch()
+
+  def run(kd_weight, tv_weight, steps):
+    opt = train_lib.make_optimizer(train_lib.make_schedule(3e-3, 1, 'constant'))
+    fresh = jax.tree_util.tree_map(jnp.array, params)  # the step donates its state
+    state = train_lib.TrainState(step=jnp.array(0, jnp.int32), params=fresh,
+                                 opt_state=opt.init(fresh))
+    step = train_lib.make_train_step(model, opt, mode='distill', label_smoothing=0.0,
+                                     kd_weight=kd_weight, tv_weight=tv_weight, teacher=teacher)
+    history = []
+    for _ in range(steps):
+      state, metrics = step(state, batch, jax.random.PRNGKey(1), tparams)
+      history.append({k: float(v) for k, v in metrics.items()})
+    return history
+
+  m = run(0.3, 0.5, 1)[0]
+  np.testing.assert_allclose(m['loss'], 0.7 * m['nll'] + 0.3 * m['kl'] + 0.5 * m['tv'],
+                             rtol=1e-5)
+  assert 0 < m['tv'] < 1
+  # CE on these random targets pulls the student away from the teacher; a large TV weight
+  # beside it lowers the TV instead (with a sign error it would rise faster than CE alone).
+  ce_run = run(0.0, 0.0, 25)
+  tv_run = run(0.0, 20.0, 25)
+  assert tv_run[-1]['tv'] < tv_run[0]['tv'] - 0.2, ([h['tv'] for h in tv_run], [h['tv'] for h in ce_run])
+  assert tv_run[-1]['tv'] < ce_run[-1]['tv'] - 0.3, (tv_run[-1], ce_run[-1])
+  # Bad input: a TV weight outside distillation, or a negative one, is refused before any
+  # data is read or model compiled.
+  with pytest.raises(ValueError, match='train.tv_weight=0.5 needs train.mode="distill"'):
+    train_lib.train(run_dir='unused', model_config=TINY, mode='target', tv_weight=0.5)
+  with pytest.raises(ValueError, match='train.tv_weight must be a number >= 0'):
+    train_lib.train(run_dir='unused', model_config=TINY, mode='distill', tv_weight=-1.0)
+
+
 def test_query_lr_scale_scales_only_query_kernels():
   # AdamW's update of every attention query/kernel is multiplied by query_lr_scale; every
   # other leaf (key, value, out, mlp, embeddings, norms) gets the very same update.
@@ -170,7 +226,8 @@ def test_gin_configs_parse_and_flags():
   gin.clear_config()
   try:
     for name in ('target_ende.gin', 'target_ende_v3.gin', 'draft_ende.gin', 'draft_ende_v3.gin',
-                 'draft_ende_v3_qls.gin', 'draft_ende_v31.gin'):
+                 'draft_ende_v3_qls.gin', 'draft_ende_v31.gin', 'draft_ende_v32.gin',
+                 'target_ende_v4.gin'):
       gin.clear_config()
       gin.add_config_file_search_path(str(REPO))  # the v3 configs include the v2 ones
       gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], bindings)
@@ -181,6 +238,13 @@ def test_gin_configs_parse_and_flags():
       if name == 'draft_ende_v3_qls.gin':  # the v3 draft's recipe (v3.1 fine-tunes it)
         assert gin.query_parameter('train.query_lr_scale') == pytest.approx(60 ** -0.5, abs=1e-4)
         assert gin.query_parameter('train.teacher_dir') == 'runs/target_ende_v3'
+      if name == 'draft_ende_v32.gin':  # fine-tunes the v3.1 draft with a TV term
+        assert gin.query_parameter('train.init_params_dir') == 'runs/draft_v31'
+        assert gin.query_parameter('train.tv_weight') == 1.0
+        assert len(gin.query_parameter('train.targets_path')) == 4
+      if name == 'target_ende_v4.gin':  # v3's schedule + subword regularisation
+        assert gin.query_parameter('train.subword_samples') == 4
+        assert gin.query_parameter('train.total_steps') == 2000
   finally:
     gin.clear_config()
 
@@ -229,6 +293,39 @@ def test_dataset_from_several_target_files(tmp_path):
                           targets_path=(tmp_path / 'a.ids', tmp_path / 'short.ids'))
   with pytest.raises(ValueError, match='empty sequence'):
     data_lib.load_dataset(sp, 'toy/train', data_dir=root, targets_path=())
+
+
+def test_dataset_subword_regularisation(tmp_path):
+  # K sampled segmentations per pair: every sample decodes back to the exact text (prefix
+  # included on the source side), the samples differ from the best segmentation and from
+  # each other, the same seed gives the same data, another seed other data.
+  sp = vocabulary.load_processor(SHIPPED_VOCAB)
+  root = _tiny_split(tmp_path)
+  kw = dict(batch_size=4, buckets=(32, 48, 64), data_dir=root, subword_samples=3,
+            subword_alpha=0.3)
+  ds = data_lib.load_dataset(sp, 'toy/train', seed=5, **kw)
+  src, tgt = data_lib.read_parallel('toy/train', root)
+  assert len(ds.inputs) == len(ds.targets) == 18  # 3 samples × 6 pairs, sample-major
+  for k in range(3):
+    for i in range(6):
+      assert ds.inputs[6 * k + i][-1] == 1 and ds.targets[6 * k + i][-1] == 1
+      assert sp.decode(ds.inputs[6 * k + i][:-1]) == vocabulary.TRANSLATE_PREFIX + src[i]
+      assert sp.decode(ds.targets[6 * k + i][:-1]) == tgt[i]
+  best = data_lib.encode_targets(sp, tgt)
+  assert sum(ds.targets[i] != best[i % 6] for i in range(18)) >= 9
+  assert ds.targets[:6] != ds.targets[6:12]
+  again = data_lib.load_dataset(sp, 'toy/train', seed=5, **kw)
+  assert again.inputs == ds.inputs and again.targets == ds.targets
+  other = data_lib.load_dataset(sp, 'toy/train', seed=6, **kw)
+  assert other.targets != ds.targets
+  assert next(ds.batches(0))['decoder_target_tokens'].shape[0] == 4
+  with pytest.raises(ValueError, match='subword_samples needs the gold targets'):
+    data_lib.load_dataset(sp, 'toy/train', data_dir=root, subword_samples=2,
+                          targets_path=tmp_path / 'x.ids')
+  with pytest.raises(ValueError, match='subword_alpha must be > 0'):
+    data_lib.load_dataset(sp, 'toy/train', data_dir=root, subword_samples=2, subword_alpha=0)
+  with pytest.raises(ValueError, match='subword_samples must be an int >= 0'):
+    data_lib.load_dataset(sp, 'toy/train', data_dir=root, subword_samples=-1)
 
 
 def test_distill_data_greedy_and_sampled(tmp_path):
