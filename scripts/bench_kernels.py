@@ -10,6 +10,10 @@
    products with the shapes a demo-target decoder step reads: 4 layers of [k, 256] ×
    [256, 256] ×6 (self-attention q, k, v, o; cross-attention q, o), [256, 1024] ×2 and
    [1024, 256], then [256, 8192]: 6.8M float32 weights (27 MB). Reported as v(k).
+3. The same for the v3 demo target's decoder shapes (6 layers of [k, 384] × [384, 384] ×6,
+   gated-gelu MLP [384, 1536] ×2 and [1536, 384], then [384, 8192]: 20.8M weights, 83 MB),
+   each product as one k-row matmul (`dot`) or as k one-row matmuls (`rows`): whether the
+   matmuls alone explain the verify call's cost v(γ) (BENCHMARKS.md, r9).
 
 Each figure is the median of 7 timed runs of a compiled `lax.fori_loop` (per-call
 dispatch amortized), compilation excluded. Prints a markdown table.
@@ -90,6 +94,39 @@ def chain_ratios(ks=(1, 2, 4, 6, 8)) -> dict:
   return {k: (t, t / times[ks[0]]) for k, t in times.items()}
 
 
+def v3_decoder_ratios(ks=(1, 2, 3, 4, 5), rows: bool = False) -> dict:
+  """v(k) of a k-token pass through the v3 target decoder's weight shapes (item 3)."""
+  e, f = 384, 1536
+  rng = np.random.default_rng(0)
+  shapes = []
+  for _ in range(6):
+    shapes += [(e, e)] * 6 + [(e, f), (e, f), (f, e)]
+  shapes.append((e, VOCAB))
+  ws = [jnp.asarray(rng.standard_normal(s) * 0.05, jnp.float32) for s in shapes]
+
+  def mm(h, w):
+    if not rows or h.shape[0] == 1:
+      return h @ w
+    return jnp.concatenate([h[i:i + 1] @ w for i in range(h.shape[0])], axis=0)
+
+  @jax.jit
+  def loop(ws, x):
+    def body(_, x):
+      h, gate = x, []
+      for w in ws[:-1]:
+        if w.shape == (e, e):
+          h = h + jnp.tanh(mm(h, w))
+        elif w.shape == (e, f):
+          gate.append(mm(h, w))
+        else:
+          h, gate = h + mm(jax.nn.gelu(gate[0]) * gate[1], w), []
+      return x + mm(h, ws[-1])[:, :e] * 1e-6
+    return jax.lax.fori_loop(0, 20, body, x)
+
+  times = {k: _time(loop, ws, jnp.ones((k, e), jnp.float32), iters=20) for k in ks}
+  return {k: (t, t / times[ks[0]]) for k, t in times.items()}
+
+
 def main() -> int:
   print('| op over [rows, 8192] float32 | rows | µs per call |\n|---|---|---|')
   for rows in (1, 4):
@@ -98,6 +135,12 @@ def main() -> int:
   print('\n| k (tokens per call) | ms per call | v(k) = t(k) / t(1) |\n|---|---|---|')
   for k, (t, ratio) in chain_ratios().items():
     print(f'| {k} | {t * 1e3:.2f} | {ratio:.2f} |')
+  print('\n| v3 target decoder shapes: k | one k-row matmul: ms | v(k) | k one-row matmuls: ms '
+        '| v(k) |\n|---|---|---|---|---|')
+  dot, split = v3_decoder_ratios(), v3_decoder_ratios(rows=True)
+  for k in dot:
+    print(f'| {k} | {dot[k][0] * 1e3:.2f} | {dot[k][1]:.2f} | {split[k][0] * 1e3:.2f} '
+          f'| {split[k][1]:.2f} |')
   return 0
 
 
