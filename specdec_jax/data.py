@@ -25,6 +25,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from specdec_jax import subword
 from specdec_jax.vocabulary import EOS_ID, TRANSLATE_PREFIX, read_lines
 
 FEATURES = ('encoder_input_tokens', 'decoder_input_tokens', 'decoder_target_tokens',
@@ -62,26 +63,6 @@ def encode_inputs(processor, sentences: Sequence[str], prefix: str = TRANSLATE_P
 
 def encode_targets(processor, sentences: Sequence[str]) -> list[list[int]]:
   return [ids + [EOS_ID] for ids in processor.encode(list(sentences))]
-
-
-def sample_segmentations(processor, sentences: Sequence[str], samples: int, alpha: float,
-                         seed: int) -> list[list[list[int]]]:
-  """`samples` sampled SentencePiece segmentations of every sentence (subword regularisation,
-  Kudo 2018): `[samples][len(sentences)]` token-id lists, no EOS.
-
-  Each draws from the unigram model's full lattice (`nbest_size=-1`) with the segmentation
-  probabilities raised to `alpha` (smaller: more, shorter pieces; on Multi30K German with the
-  8k vocabulary alpha 0.3 gives 11 % more tokens, 0.1 twice as many). Deterministic for a
-  `seed` (SentencePiece's global generator, one thread).
-  """
-  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-  out = []
-  for k in range(samples):
-    # SentencePiece restarts its generator from the global seed on every call: one per sample.
-    spm.set_random_generator_seed(int(seed) * 1000 + k)
-    out.append(processor.encode(list(sentences), enable_sampling=True, alpha=float(alpha),
-                                nbest_size=-1, num_threads=1))
-  return out
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], length: int) -> np.ndarray:
@@ -170,7 +151,8 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
                  buckets: Sequence[int] = (32, 48), seed: int = 0,
                  data_dir: str | os.PathLike | None = None, limit: int | None = None,
                  targets_path: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
-                 subword_samples: int = 0, subword_alpha: float = 0.3) -> BucketedDataset:
+                 subword_samples: int = 0, subword_alpha: float = 0.3,
+                 subword_cache: str | os.PathLike | None = None) -> BucketedDataset:
   """Reads, tokenizes and buckets a shared-data EN→DE split.
 
   With `targets_path` (a file of token-id lines aligned with the split's sources, e.g.
@@ -181,32 +163,26 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
 
   With `subword_samples = K > 0` (gold targets only) each pair appears K times, each time
   with both sides segmented by a sample from the SentencePiece model
-  (`sample_segmentations`, `subword_alpha`, seeded by `seed`) instead of its single best
-  segmentation: subword regularisation, so an epoch holds K × the pairs.
+  (`subword.sample_segmentations`, `subword_alpha`, seeded by `seed`) instead of its single
+  best segmentation: subword regularisation, so an epoch holds K × the pairs. SentencePiece's
+  sampling is not reproducible across processes, so with `subword_cache` (a `.npz` path;
+  `train` uses `<run_dir>/subword_segmentations.npz`) the samples are written there once and
+  reread by every later call, which keeps a resumed run on the same data.
 
   Raises:
     ValueError: a `targets_path` file has a different number of lines than the split,
       or the sequence is empty; `subword_samples` < 0, `subword_alpha` <= 0, or
-      `subword_samples` with `targets_path` (token ids cannot be re-segmented).
+      `subword_samples` with `targets_path` (token ids cannot be re-segmented); a
+      `subword_cache` written with other settings or for another split.
   """
-  if not (isinstance(subword_samples, int) and subword_samples >= 0):
-    raise ValueError(f'subword_samples must be an int >= 0 (0 = no subword regularisation), '
-                     f'got {subword_samples!r}.')
-  if subword_samples and not subword_alpha > 0:
-    raise ValueError(f'subword_alpha must be > 0 (0.3 keeps lengths within ~11 %), got '
-                     f'{subword_alpha!r}.')
-  if subword_samples and targets_path is not None:
-    raise ValueError('subword_samples needs the gold targets (text); targets_path gives '
-                     'token ids, which cannot be re-segmented: set one of them.')
+  subword.check_args(subword_samples, subword_alpha, targets_path)
   src, tgt = read_parallel(split, data_dir, limit=limit)
   if subword_samples:
-    src_samples = sample_segmentations(processor, [TRANSLATE_PREFIX + x for x in src], subword_samples,
-                                       subword_alpha, seed)
-    tgt_samples = sample_segmentations(processor, tgt, subword_samples, subword_alpha,
-                                       seed + 500)
-    inputs = [ids + [EOS_ID] for sample in src_samples for ids in sample]
-    targets = [ids + [EOS_ID] for sample in tgt_samples for ids in sample]
-    return BucketedDataset(inputs, targets, batch_size, tuple(buckets), seed)
+    inputs, targets = subword.segmented_pairs(
+        processor, [TRANSLATE_PREFIX + x for x in src], tgt, subword_samples, subword_alpha,
+        seed, subword_cache)
+    return BucketedDataset([x + [EOS_ID] for x in inputs], [x + [EOS_ID] for x in targets],
+                           batch_size, tuple(buckets), seed)
   if targets_path is None:
     return BucketedDataset(encode_inputs(processor, src), encode_targets(processor, tgt),
                            batch_size, tuple(buckets), seed)

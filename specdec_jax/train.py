@@ -33,6 +33,7 @@ T5's folded attention scale (`train_step.make_optimizer`); the v3 demo target us
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import sys
 import time
@@ -49,6 +50,7 @@ from specdec_jax import data as data_lib
 from specdec_jax import flags
 # Registers T5X's gin names (network.T5Config, ...), so T5X-style bindings work here.
 from specdec_jax import gin_utils  # noqa: F401  pylint: disable=unused-import
+from specdec_jax import subword
 from specdec_jax import vocabulary
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
@@ -158,8 +160,9 @@ def train(run_dir: str = gin.REQUIRED,
   With `eval_every_steps > 0`, the first `eval_examples` sentences of `eval_split`
   are translated greedily every that many steps (and at the end) and their sacreBLEU
   is logged as `dev_bleu` in `train_log.jsonl`.
-  `subword_samples = K > 0` (target mode, gold data) trains on K sampled SentencePiece
-  segmentations of every pair (subword regularisation, `data.load_dataset`).
+  `subword_samples = K > 0` (gold data) trains on K sampled SentencePiece segmentations of
+  every pair (subword regularisation, `specdec_jax.subword`), stored in
+  `<run_dir>/subword_segmentations.npz` so a resumed run trains on the same samples.
   `init_params_dir` starts from a finished model's params instead of a random init
   (fine-tuning; a run folder or a folder with `config.json` and T5X checkpoints, such
   as the shipped draft): its config must equal `model_config` (dropout aside), and the
@@ -169,8 +172,10 @@ def train(run_dir: str = gin.REQUIRED,
   start_time = time.time()
   if mode not in ('target', 'distill'):
     raise ValueError(f"train.mode must be 'target' or 'distill', got {mode!r}.")
-  if not (isinstance(tv_weight, (int, float)) and tv_weight >= 0):
-    raise ValueError(f'train.tv_weight must be a number >= 0, got {tv_weight!r}.')
+  if (isinstance(tv_weight, bool) or not isinstance(tv_weight, (int, float))
+      or not math.isfinite(tv_weight) or tv_weight < 0):
+    raise ValueError(f'train.tv_weight must be a finite number >= 0, got {tv_weight!r}.')
+  subword.check_args(subword_samples, subword_alpha, targets_path)
   if tv_weight and mode != 'distill':
     raise ValueError(f'train.tv_weight={tv_weight} needs train.mode="distill" (it is a '
                      'distance to the teacher); set it to 0 for mode="target".')
@@ -183,7 +188,9 @@ def train(run_dir: str = gin.REQUIRED,
                      f'+ {vocabulary.DEFAULT_EXTRA_IDS} extra ids.')
   dataset = data_lib.load_dataset(processor, train_split, batch_size, buckets, seed, data_dir,
                                   limit=limit_examples, targets_path=targets_path,
-                                  subword_samples=subword_samples, subword_alpha=subword_alpha)
+                                  subword_samples=subword_samples, subword_alpha=subword_alpha,
+                                  subword_cache=(run_dir / 'subword_segmentations.npz'
+                                                 if subword_samples else None))
 
   model = t5.Transformer(model_config)
   teacher, teacher_params = None, None

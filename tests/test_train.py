@@ -146,7 +146,7 @@ def test_tv_to_teacher_is_one_minus_sum_min():
   assert abs(float(train_lib.tv_to_teacher(s, s, w))) < 1e-5
 
 
-def test_distill_loss_composition_and_tv_descent():
+def test_distill_loss_composition_and_tv_descent(tmp_path):
   # loss = (1 − kd)·CE + kd·KL + tv_weight·TV per token (label smoothing 0, so CE = NLL);
   # a TV weight makes the steps lower the TV itself.
   teacher_cfg = TINY.replace(num_decoder_layers=2)
@@ -181,10 +181,15 @@ def test_distill_loss_composition_and_tv_descent():
   assert tv_run[-1]['tv'] < ce_run[-1]['tv'] - 0.3, (tv_run[-1], ce_run[-1])
   # Bad input: a TV weight outside distillation, or a negative one, is refused before any
   # data is read or model compiled.
+  never = tmp_path / 'never'
   with pytest.raises(ValueError, match='train.tv_weight=0.5 needs train.mode="distill"'):
-    train_lib.train(run_dir='unused', model_config=TINY, mode='target', tv_weight=0.5)
-  with pytest.raises(ValueError, match='train.tv_weight must be a number >= 0'):
-    train_lib.train(run_dir='unused', model_config=TINY, mode='distill', tv_weight=-1.0)
+    train_lib.train(run_dir=str(never), model_config=TINY, mode='target', tv_weight=0.5)
+  with pytest.raises(ValueError, match='train.tv_weight must be a finite number >= 0'):
+    train_lib.train(run_dir=str(never), model_config=TINY, mode='distill', tv_weight=-1.0)
+  for bad in (float('inf'), True):
+    with pytest.raises(ValueError, match='train.tv_weight must be a finite number >= 0'):
+      train_lib.train(run_dir=str(never), model_config=TINY, mode='distill', tv_weight=bad)
+  assert not never.exists()  # refused before the run folder is made
 
 
 def test_query_lr_scale_scales_only_query_kernels():
@@ -295,7 +300,7 @@ def test_dataset_from_several_target_files(tmp_path):
     data_lib.load_dataset(sp, 'toy/train', data_dir=root, targets_path=())
 
 
-def test_dataset_subword_regularisation(tmp_path):
+def test_dataset_subword_regularisation(tmp_path, monkeypatch):
   # K sampled segmentations per pair: every sample decodes back to the exact text (prefix
   # included on the source side), the samples differ from the best segmentation and from
   # each other, the same seed gives the same data, another seed other data.
@@ -322,10 +327,35 @@ def test_dataset_subword_regularisation(tmp_path):
   with pytest.raises(ValueError, match='subword_samples needs the gold targets'):
     data_lib.load_dataset(sp, 'toy/train', data_dir=root, subword_samples=2,
                           targets_path=tmp_path / 'x.ids')
-  with pytest.raises(ValueError, match='subword_alpha must be > 0'):
+  with pytest.raises(ValueError, match='subword_alpha must be a finite number > 0'):
     data_lib.load_dataset(sp, 'toy/train', data_dir=root, subword_samples=2, subword_alpha=0)
   with pytest.raises(ValueError, match='subword_samples must be an int >= 0'):
     data_lib.load_dataset(sp, 'toy/train', data_dir=root, subword_samples=-1)
+  with pytest.raises(ValueError, match='subword_samples must be an int >= 0'):
+    data_lib.load_dataset(sp, 'toy/train', data_dir=root, subword_samples=True)
+  # SentencePiece's sampler does not repeat across processes, so a cache keeps a resumed run
+  # on the same samples: the second load reads it (the sampler is not called again), and a
+  # cache of other settings is refused.
+  cache = tmp_path / 'seg.npz'
+  first = data_lib.load_dataset(sp, 'toy/train', seed=5, subword_cache=cache, **kw)
+  assert cache.exists() and first.targets[0][-1] == 1
+  from specdec_jax import subword
+
+  def no_sampling(*a, **k):
+    raise AssertionError('sampled again instead of reading the cache')
+  monkeypatch.setattr(subword, 'sample_segmentations', no_sampling)
+  reread = data_lib.load_dataset(sp, 'toy/train', seed=5, subword_cache=cache, **kw)
+  assert reread.inputs == first.inputs and reread.targets == first.targets
+  with pytest.raises(ValueError, match='seg.npz holds subword samples made with'):
+    data_lib.load_dataset(sp, 'toy/train', seed=6, subword_cache=cache, **kw)
+  # train() refuses the same settings before it makes its run folder or reads data.
+  never = tmp_path / 'never'
+  with pytest.raises(ValueError, match='subword_samples must be an int >= 0'):
+    train_lib.train(run_dir=str(never), model_config=TINY, subword_samples=-1)
+  with pytest.raises(ValueError, match='subword_samples needs the gold targets'):
+    train_lib.train(run_dir=str(never), model_config=TINY, mode='distill', subword_samples=2,
+                    targets_path='runs/x.ids')
+  assert not never.exists()
 
 
 def test_distill_data_greedy_and_sampled(tmp_path):
