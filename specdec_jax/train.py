@@ -63,8 +63,7 @@ from specdec_jax.run_files import (_checkpoints, config_from_dict, config_to_dic
                                    save_params, save_train_state)
 from specdec_jax.train_step import (TrainState, cross_entropy, is_query_kernel,  # noqa: F401
                                     kl_to_teacher, make_optimizer, make_schedule,
-                                    tv_to_teacher,
-                                    make_train_step)
+                                    make_train_step, tv_to_teacher)
 
 
 # ---------------------------------------------------------------------------- dev BLEU

@@ -31,12 +31,19 @@ def cross_entropy(logits, targets, weights, label_smoothing: float = 0.0):
   return jnp.sum(loss * weights), jnp.sum(nll * weights)
 
 
-def kl_to_teacher(student_logits, teacher_logits, weights):
-  """Summed token KL(p_teacher ‖ q_student) at temperature 1."""
+def _token_kl_tv(student_logits, teacher_logits):
+  """Per-token KL(p ‖ q) and TV(p, q) from one log-softmax of each side (float32)."""
   logq = jax.nn.log_softmax(student_logits.astype(jnp.float32))
   logp = jax.nn.log_softmax(teacher_logits.astype(jnp.float32))
-  kl = jnp.sum(jnp.exp(logp) * (logp - logq), axis=-1)
-  return jnp.sum(kl * weights)
+  p = jnp.exp(logp)
+  kl = jnp.sum(p * (logp - logq), axis=-1)
+  tv = 0.5 * jnp.sum(jnp.abs(p - jnp.exp(logq)), axis=-1)
+  return kl, tv
+
+
+def kl_to_teacher(student_logits, teacher_logits, weights):
+  """Summed token KL(p_teacher ‖ q_student) at temperature 1."""
+  return jnp.sum(_token_kl_tv(student_logits, teacher_logits)[0] * weights)
 
 
 def tv_to_teacher(student_logits, teacher_logits, weights):
@@ -47,10 +54,7 @@ def tv_to_teacher(student_logits, teacher_logits, weights):
   (DistillSpec, Zhou et al. 2024, uses it as one of its divergences). Logits `[..., vocab]`
   (any float dtype, computed in float32), weights `[...]`; returns a float32 scalar.
   """
-  q = jax.nn.softmax(student_logits.astype(jnp.float32))
-  p = jax.nn.softmax(teacher_logits.astype(jnp.float32))
-  tv = 0.5 * jnp.sum(jnp.abs(p - q), axis=-1)
-  return jnp.sum(tv * weights)
+  return jnp.sum(_token_kl_tv(student_logits, teacher_logits)[1] * weights)
 
 
 # ---------------------------------------------------------------------------- schedule
@@ -175,8 +179,7 @@ def make_train_step(model, optimizer, *, mode: str, label_smoothing: float,
           {'params': teacher_params}, batch['encoder_input_tokens'],
           batch['decoder_input_tokens'], batch['decoder_target_tokens'],
           enable_dropout=False))
-      kl = kl_to_teacher(logits, teacher_logits, weights)
-      tv = tv_to_teacher(logits, teacher_logits, weights)
+      kl, tv = (jnp.sum(t * weights) for t in _token_kl_tv(logits, teacher_logits))
       loss = ((1.0 - kd_weight) * ce + kd_weight * kl + tv_weight * tv) / tokens
       metrics['kl'] = kl / tokens
       metrics['tv'] = tv / tokens
