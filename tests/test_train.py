@@ -232,7 +232,7 @@ def test_gin_configs_parse_and_flags():
   try:
     for name in ('target_ende.gin', 'target_ende_v3.gin', 'draft_ende.gin', 'draft_ende_v3.gin',
                  'draft_ende_v3_qls.gin', 'draft_ende_v31.gin', 'draft_ende_v32.gin',
-                 'target_ende_v4.gin'):
+                 'target_ende_v4.gin', 'target_ende_v5.gin'):
       gin.clear_config()
       gin.add_config_file_search_path(str(REPO))  # the v3 configs include the v2 ones
       gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], bindings)
@@ -247,6 +247,10 @@ def test_gin_configs_parse_and_flags():
         assert gin.query_parameter('train.init_params_dir') == 'runs/draft_v31'
         assert gin.query_parameter('train.tv_weight') == 1.0
         assert len(gin.query_parameter('train.targets_path')) == 4
+      if name == 'target_ende_v5.gin':  # v3's recipe, 1.5x the steps, one schedule
+        assert gin.query_parameter('train.total_steps') == 3000
+        assert gin.query_parameter('train.learning_rate') == 1.5e-3
+        assert gin.query_parameter('train.run_dir') == 'runs/target_ende_v5'
       if name == 'target_ende_v4.gin':  # v3's schedule + subword regularisation
         assert gin.query_parameter('train.subword_samples') == 4
         assert gin.query_parameter('train.total_steps') == 2000
