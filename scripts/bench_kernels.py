@@ -31,15 +31,23 @@ from specdec_jax import sampling
 VOCAB = 8192
 
 
-def _time(fn, *args, iters: int) -> float:
-  """Seconds per loop iteration (median of 7 runs of a compiled loop of `iters`)."""
+def median_seconds(fn, *args, reps: int = 7) -> float:
+  """Median wall seconds of `reps` calls of `fn(*args)` after one warm-up (compile) call.
+
+  Shared with `bench_roofline.py` (which uses `reps=9`).
+  """
   jax.block_until_ready(fn(*args))
   runs = []
-  for _ in range(7):
+  for _ in range(reps):
     t0 = time.perf_counter()
     jax.block_until_ready(fn(*args))
     runs.append(time.perf_counter() - t0)
-  return float(np.median(runs)) / iters
+  return float(np.median(runs))
+
+
+def _time(fn, *args, iters: int) -> float:
+  """Seconds per loop iteration (median of 7 runs of a compiled loop of `iters`)."""
+  return median_seconds(fn, *args, reps=7) / iters
 
 
 def vocab_ops(rows: int) -> dict:

@@ -27,7 +27,6 @@ import argparse
 import json
 import pathlib
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +34,8 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from specdec_jax import atomic  # noqa: E402
+
+import bench_kernels  # noqa: E402  (scripts/, this script's folder: the shared timer)
 
 EMBED, MLP, LAYERS, ITERS = 384, 1536, 6, 20
 
@@ -48,13 +49,7 @@ PRODUCTS = {
 
 
 def _median_seconds(fn, *args, reps: int = 9) -> float:
-  jax.block_until_ready(fn(*args))
-  runs = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    runs.append(time.perf_counter() - t0)
-  return float(np.median(runs))
+  return bench_kernels.median_seconds(fn, *args, reps=reps)
 
 
 def _chain(product):

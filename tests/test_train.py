@@ -232,7 +232,7 @@ def test_gin_configs_parse_and_flags():
   try:
     for name in ('target_ende.gin', 'target_ende_v3.gin', 'draft_ende.gin', 'draft_ende_v3.gin',
                  'draft_ende_v3_qls.gin', 'draft_ende_v31.gin', 'draft_ende_v32.gin',
-                 'target_ende_v4.gin', 'target_ende_v5.gin'):
+                 'target_ende_v4.gin', 'target_ende_v5.gin', 'draft_ende_v5.gin'):
       gin.clear_config()
       gin.add_config_file_search_path(str(REPO))  # the v3 configs include the v2 ones
       gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], bindings)
@@ -247,8 +247,8 @@ def test_gin_configs_parse_and_flags():
         assert gin.query_parameter('train.init_params_dir') == 'runs/draft_v31'
         assert gin.query_parameter('train.tv_weight') == 1.0
         assert len(gin.query_parameter('train.targets_path')) == 4
-      if name == 'target_ende_v5.gin':  # v3's recipe, 1.5x the steps, one schedule
-        assert gin.query_parameter('train.total_steps') == 3000
+      if name == 'target_ende_v5.gin':  # v3's recipe, 1.25x the steps, one schedule
+        assert gin.query_parameter('train.total_steps') == 2500
         assert gin.query_parameter('train.learning_rate') == 1.5e-3
         assert gin.query_parameter('train.run_dir') == 'runs/target_ende_v5'
       if name == 'target_ende_v4.gin':  # v3's schedule + subword regularisation
@@ -463,6 +463,37 @@ def test_train_init_params_dir_starts_from_those_params(tmp_path):
     train_lib.train(run_dir=str(tmp_path / 'run2'), init_params_dir=str(other), **common)
   # A resumed run takes its params from its train state and never reads init_params_dir.
   train_lib.train(run_dir=str(tmp_path / 'run'), init_params_dir=str(other), **common)
+
+
+def test_v5_draft_recipe_chains_the_exported_target():
+  """The v5 draft recipe reads target v5 as exported (out/pair_v5/target) for both its data and
+  its teacher, starts from the shipped v3.2 draft, and trains on the greedy set plus the three
+  sampled sets the sampled-data config's header loops over."""
+  from specdec_jax import distill_data  # noqa: F401  (registers distill_data with gin)
+  try:
+    for name, temperature in (('distill_data_v5.gin', 0.0), ('distill_data_sampled_v5.gin', 1.0)):
+      gin.clear_config()
+      gin.add_config_file_search_path(str(REPO))
+      gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], [])
+      assert gin.query_parameter('distill_data.target_run') == 'out/pair_v5/target'
+      assert gin.query_parameter('distill_data.max_decode_len') == 64
+      if temperature:
+        assert gin.query_parameter('distill_data.temperature') == temperature
+      else:
+        assert gin.query_parameter('distill_data.output_path') == 'runs/distill_v5/greedy_train.ids'
+    gin.clear_config()
+    gin.add_config_file_search_path(str(REPO))
+    gin.parse_config_files_and_bindings([str(REPO / 'configs/train/draft_ende_v5.gin')], [])
+    assert gin.query_parameter('train.mode') == 'distill'
+    assert gin.query_parameter('train.teacher_dir') == 'out/pair_v5/target'
+    assert gin.query_parameter('train.init_params_dir') == 'specdec_jax/assets/demo_ende/draft'
+    assert gin.query_parameter('train.targets_path') == (
+        'runs/distill_v5/greedy_train.ids',
+        *(f'runs/distill_v5/sampled_train_s{s}.ids' for s in (1, 2, 3)))
+    assert gin.query_parameter('train.tv_weight') == 1.0
+    assert gin.query_parameter('train.run_dir') == 'runs/draft_ende_v5'
+  finally:
+    gin.clear_config()
 
 
 def test_v31_recipe_reads_the_shipped_pair():
