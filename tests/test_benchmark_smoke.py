@@ -132,6 +132,31 @@ def test_quick_mode_report(tiny_pair, tmp_path):
   assert 'speedup' in md and '| tiny |' in md
 
 
+def test_cpu_info_reads_model_caches_and_matmul_flags(tmp_path):
+  """The machine record names the CPU, its data/unified caches (instruction caches left out)
+  and the matmul ISA flags present, from /proc/cpuinfo and sysfs (here fixture files)."""
+  from specdec_jax.bench import report, runner
+  cpuinfo = tmp_path / 'cpuinfo'
+  cpuinfo.write_text('processor\t: 0\nmodel name\t: Test CPU 9000\n'
+                     'flags\t\t: fpu sse2 avx2 fma avx512f amx_bf16 amx_tile\n\n'
+                     'processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n')
+  for i, (level, kind, size) in enumerate([('1', 'Data', '48K'), ('1', 'Instruction', '64K'),
+                                           ('2', 'Unified', '2048K'),
+                                           ('3', 'Unified', '491520K')]):
+    d = tmp_path / 'cache' / f'index{i}'
+    d.mkdir(parents=True)
+    for name, value in (('level', level), ('type', kind), ('size', size)):
+      (d / name).write_text(value + '\n')
+  info = runner.cpu_info(str(cpuinfo), str(tmp_path / 'cache'))
+  assert info == {'model': 'Test CPU 9000', 'flags': ['avx2', 'fma', 'avx512f', 'amx_tile',
+                                                      'amx_bf16'],
+                  'caches_kib': {'L1d': 48, 'L2': 2048, 'L3': 491520}}
+  assert report._cpu_text(info) == ('; Test CPU 9000, L2 2 MiB, L3 480 MiB, '
+                                    'avx2 fma avx512f amx_tile amx_bf16')
+  assert runner.cpu_info(str(tmp_path / 'none'), str(tmp_path / 'none')) == {}
+  assert report._cpu_text({}) == ''
+
+
 def test_predicted_speedup_formula():
   assert math.isclose(bench.predicted_speedup(0.0, 3, 0.1), 1 / 1.3)
   assert math.isclose(bench.predicted_speedup(0.5, 1, 0.0), 1.5)

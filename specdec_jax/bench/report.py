@@ -20,6 +20,19 @@ def _f(x, spec='.2f'):
   return format(x, spec)
 
 
+def _cpu_text(cpu) -> str:
+  """'; Intel(R) Xeon(R) Processor, L2 2 MiB, L3 480 MiB, avx512f amx_bf16' from `cpu_info()`."""
+  if not cpu:
+    return ''
+  parts = [cpu['model']] if cpu.get('model') else []
+  for level, kib in (cpu.get('caches_kib') or {}).items():
+    if level != 'L1d':
+      parts.append(f'{level} {kib // 1024} MiB' if kib >= 1024 else f'{level} {kib} KiB')
+  if cpu.get('flags'):
+    parts.append(' '.join(cpu['flags']))
+  return '; ' + ', '.join(parts) if parts else ''
+
+
 def _sharding_lines(sh) -> list:
   """The mesh paragraph (empty for a one-device run)."""
   if not sh:
@@ -47,7 +60,8 @@ def markdown(res: dict) -> str:
       f'baseline sampler at T > 0: `{s.get("baseline_sampler", "gumbel")}` (the speculative '
       'loop samples by `inverse_cdf`).',
       '',
-      f'Machine: {m["cpu_count"]} CPU cores ({m["processor"]}), {m["platform"]}; load average '
+      f'Machine: {m["cpu_count"]} CPU cores ({m["processor"]}{_cpu_text(m.get("cpu"))}), '
+      f'{m["platform"]}; load average '
       f'at start {m.get("load_average_at_start")}; jax {m["jax"]}, flax {m["flax"]}, torch '
       f'{m["torch"]}, transformers {m["transformers"]}.', '',
       f'Outputs identical between methods at temperature 0: **{res["identical_at_t0"]}**', '',

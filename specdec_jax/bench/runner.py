@@ -165,12 +165,58 @@ def config_dict(cfg) -> dict:
   return config_lib.to_dict(cfg)
 
 
+# CPU features that decide which matmul kernels XLA:CPU can use (AVX-512, AMX tiles).
+MATMUL_FLAGS = ('avx2', 'fma', 'avx512f', 'avx512_bf16', 'avx512_fp16', 'amx_tile', 'amx_bf16')
+
+
+def cpu_info(cpuinfo: str = '/proc/cpuinfo',
+             cache_dir: str = '/sys/devices/system/cpu/cpu0/cache') -> dict:
+  """The CPU model, its cache sizes and matmul-relevant ISA flags (Linux; {} elsewhere).
+
+  Whether a model's weights fit the last-level cache decides whether a one-token step is
+  memory-bound (BENCHMARKS.md): the same 2-core VM has come on hosts with a 32 MiB and a
+  480 MiB L3, so every run records it.
+
+  Returns:
+    `{'model': str, 'caches_kib': {'L1d': int, 'L2': int, 'L3': int, ...},
+    'flags': [the MATMUL_FLAGS present]}` with whatever of it could be read.
+  """
+  info = {}
+  try:
+    text = pathlib.Path(cpuinfo).read_text()
+  except OSError:
+    text = ''
+  for line in text.splitlines():
+    key, _, value = line.partition(':')
+    key = key.strip()
+    if key == 'model name' and 'model' not in info:
+      info['model'] = value.strip()
+    elif key == 'flags' and 'flags' not in info:
+      present = set(value.split())
+      info['flags'] = [f for f in MATMUL_FLAGS if f in present]
+  caches = {}
+  for index in sorted(pathlib.Path(cache_dir).glob('index*')):
+    try:
+      level = (index / 'level').read_text().strip()
+      kind = (index / 'type').read_text().strip()
+      size = (index / 'size').read_text().strip()
+    except OSError:
+      continue
+    if kind == 'Instruction':
+      continue
+    kib = int(size[:-1]) * (1024 if size.endswith('M') else 1) if size[-1] in 'KM' else int(size)
+    caches[f'L{level}' + ('d' if kind == 'Data' else '')] = kib
+  if caches:
+    info['caches_kib'] = caches
+  return info
+
+
 def machine() -> dict:
-  """Platform, CPU count, library versions, devices and load average."""
+  """Platform, CPU (model, caches, ISA flags), CPU count, library versions, devices, load."""
   import flax  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   m = dict(platform=platform.platform(), processor=platform.processor() or platform.machine(),
-           cpu_count=os.cpu_count(), python=platform.python_version(),
+           cpu=cpu_info(), cpu_count=os.cpu_count(), python=platform.python_version(),
            jax=jax.__version__, flax=flax.__version__,
            devices=[str(d) for d in jax.devices()])
   try:
