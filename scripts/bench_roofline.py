@@ -16,9 +16,8 @@ Then cross-attention's query and output projections (6 layers of two [384, 384] 
 at M = 1 and 4; the model's own cross-attention (`attend_cached`, 6 layers, 32 encoder
 positions) whole and without its projections; and the MLP chain at M = 1 and 4 with the
 products written other ways (weights as the
-left operand, `Precision.HIGHEST`), to see whether XLA:CPU picks a better kernel for one;
-last, the MLP chain in bfloat16 (bfloat16 weights and inputs, float32 accumulation) at M = 1
-and 4, for CPUs with bfloat16 matmul units (the `cpu` record lists AVX512-BF16 / AMX flags).
+left operand, `Precision.HIGHEST`), to see whether XLA:CPU picks a better kernel for one.
+The same chain in bfloat16: `scripts/probe_bf16.py`.
 
 Each time is the median of 9 runs (compilation excluded), per chain. Writes a JSON file
 (`--output`) and prints a markdown table. Heavy: run it with nothing else on the cores.
@@ -156,17 +155,6 @@ def main(argv=None) -> dict:
     ms = {m: _median_seconds(fn, layers, jnp.full((m, EMBED), 0.01, jnp.float32)) / ITERS * 1e3
           for m in (1, 4)}
     result['products'][name] = {'m1_ms': ms[1], 'm4_ms': ms[4], 'v4': ms[4] / ms[1]}
-  # The same chain in bfloat16 (weights stored bfloat16, activations cast to it, float32
-  # accumulation): whether this CPU's bfloat16 units (AVX512-BF16 / AMX, `cpu` above) give
-  # the small-M products a better kernel than float32's.
-  bf16 = [[w.astype(jnp.bfloat16) for w in layer] for layer in layers]
-  fn = _chain(lambda x, w: jax.lax.dot(x.astype(jnp.bfloat16), w,
-                                       preferred_element_type=jnp.float32))
-  ms = {m: _median_seconds(fn, bf16, jnp.full((m, EMBED), 0.01, jnp.float32)) / ITERS * 1e3
-        for m in (1, 4)}
-  result['bfloat16_chain'] = {'m1_ms': ms[1], 'm4_ms': ms[4], 'v4': ms[4] / ms[1],
-                              'm1_vs_float32': ms[1] / rows[1]['ms'],
-                              'm4_vs_float32': ms[4] / rows[4]['ms']}
   result['xla_flags'] = os.environ.get('XLA_FLAGS', '')
   atomic.write_text(args.output, json.dumps(result, indent=1))
   peak = max(result['peak_gflops_1024'], result['peak_gflops_2048'])
@@ -184,9 +172,6 @@ def main(argv=None) -> dict:
   for name, r in result['cross_attention'].items():
     print(f'cross-attention {name} (6 layers): M = 1 {r["m1_ms"]:.3f} ms, '
           f'M = 4 {r["m4_ms"]:.3f} ms, v(4) {r["v4"]:.2f}')
-  r = result['bfloat16_chain']
-  print(f'bfloat16 MLP chain: M = 1 {r["m1_ms"]:.3f} ms ({r["m1_vs_float32"]:.2f}x float32), '
-        f'M = 4 {r["m4_ms"]:.3f} ms ({r["m4_vs_float32"]:.2f}x float32), v(4) {r["v4"]:.2f}')
   print(f'wrote {args.output}')
   return result
 

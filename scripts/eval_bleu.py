@@ -65,7 +65,7 @@ def main(argv=None):
   inputs = [x if len(x) <= args.max_input_len else x[:args.max_input_len - 1] + [1]
             for x in inputs]
   hyps, stats = [None] * len(inputs), dict(agree=0.0, beta=0.0, positions=0.0)
-  reached_max = 0
+  reached_max = []  # indices of the outputs that reach max_decode_len (loops, in practice)
   start = time.time()
   for idx, decodes in evaluation.decode_batches(model, params, inputs,
                                                 batch_size=args.batch_size,
@@ -73,7 +73,8 @@ def main(argv=None):
                                                 input_buckets=(args.max_input_len,)):
     for i, row in zip(idx, decodes):
       ids = evaluation.ids_until_eos(row)
-      reached_max += int(len(ids) >= args.max_decode_len)
+      if len(ids) >= args.max_decode_len:
+        reached_max.append(i)
       hyps[i] = evaluation.detokenize(processor, ids)
     if draft is not None:
       enc = data_lib.pad_batch([inputs[i] for i in idx], args.max_input_len)
@@ -85,7 +86,9 @@ def main(argv=None):
             'bleu': round(bleu.score, 2), 'bleu_signature': str(bleu),
             'decoder': 'generate.t5_generate', 'inputs_truncated': truncated,
             'max_input_len': args.max_input_len, 'max_decode_len': args.max_decode_len,
-            'outputs_reaching_max_decode_len': reached_max,
+            'outputs_reaching_max_decode_len': len(reached_max),
+            'outputs_reaching_max_decode_len_indices': sorted(reached_max),
+            'longest_reference_tokens': max(len(processor.encode(r)) + 1 for r in ref),  # + EOS
             'seconds': round(seconds, 1)}
   if draft is not None:
     result['draft_run_dir'] = args.draft_run_dir

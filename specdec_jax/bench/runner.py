@@ -204,8 +204,10 @@ def cpu_info(cpuinfo: str = '/proc/cpuinfo',
       continue
     if kind == 'Instruction':
       continue
-    kib = int(size[:-1]) * (1024 if size.endswith('M') else 1) if size[-1] in 'KM' else int(size)
-    caches[f'L{level}' + ('d' if kind == 'Data' else '')] = kib
+    scale = {'K': 1, 'M': 1024}.get(size[-1:], None)  # sysfs writes e.g. '48K', '491520K'
+    if scale is None or not size[:-1].isdigit():
+      continue
+    caches[f'L{level}' + ('d' if kind == 'Data' else '')] = int(size[:-1]) * scale
   if caches:
     info['caches_kib'] = caches
   return info
