@@ -4,7 +4,8 @@ r"""Gin-configured training of T5 1.1 models on EN→DE text: `target` and `dist
       [--gin_file=...] [--gin.train.max_minutes=35] [--gin.train.run_dir="'runs/x'"]
 
 Modes (`train.mode`):
-  target   cross-entropy on the gold German tokens (label smoothing `label_smoothing`).
+  target   cross-entropy on the gold German tokens (label smoothing `label_smoothing`),
+           plus `unlikelihood_weight` · token-level unlikelihood (Welleck et al. 2020).
   distill  trains a (draft) model on a mixture of the gold labels and a teacher's
            soft labels: loss = (1 − kd_weight) · CE(gold) + kd_weight · KL(p_T ‖ q_D),
            token-level, where p_T is the teacher's temperature-1 next-token
@@ -149,7 +150,8 @@ def train(run_dir: str = gin.REQUIRED,
           eval_every_steps: int = 0,
           eval_split: str = 'ende/multi30k/val',
           eval_examples: int = 500,
-          init_params_dir: str | None = None) -> dict:
+          init_params_dir: str | None = None,
+          unlikelihood_weight: float = 0.0) -> dict:
   """Trains one model; returns a summary dict (also written to `<run_dir>/summary.json`).
 
   `targets_path` replaces the gold German side by token-id lines (sequence-level
@@ -175,6 +177,13 @@ def train(run_dir: str = gin.REQUIRED,
       or not math.isfinite(tv_weight) or tv_weight < 0):
     raise ValueError(f'train.tv_weight must be a finite number >= 0, got {tv_weight!r}.')
   subword.check_args(subword_samples, subword_alpha, targets_path)
+  if (isinstance(unlikelihood_weight, bool) or not isinstance(unlikelihood_weight, (int, float))
+      or not math.isfinite(unlikelihood_weight) or unlikelihood_weight < 0):
+    raise ValueError('train.unlikelihood_weight must be a finite number >= 0, got '
+                     f'{unlikelihood_weight!r}.')
+  if unlikelihood_weight and mode != 'target':
+    raise ValueError(f'train.unlikelihood_weight={unlikelihood_weight} applies to '
+                     'train.mode="target" only; set it to 0 for mode="distill".')
   if tv_weight and mode != 'distill':
     raise ValueError(f'train.tv_weight={tv_weight} needs train.mode="distill" (it is a '
                      'distance to the teacher); set it to 0 for mode="target".')
@@ -245,7 +254,8 @@ def train(run_dir: str = gin.REQUIRED,
         f'examples={len(dataset.inputs)}', flush=True)
 
   train_step = make_train_step(model, opt, mode=mode, label_smoothing=label_smoothing,
-                               kd_weight=kd_weight, tv_weight=tv_weight, teacher=teacher)
+                               kd_weight=kd_weight, tv_weight=tv_weight, teacher=teacher,
+                               unlikelihood_weight=unlikelihood_weight)
   log_file = open(run_dir / 'train_log.jsonl', 'a')
   dev_eval = None
   if eval_every_steps:

@@ -5,6 +5,9 @@ the two modes of `specdec_jax.train`: `target` (cross-entropy with label smoothi
 `distill` ((1 − kd_weight) · CE + kd_weight · KL(p_teacher ‖ q_student) + tv_weight · TV(p, q),
 token level; TV(p, q) = 1 − Σ min(p, q) is one minus the acceptance rate α of sampled
 speculative decoding at that position, Leviathan et al. 2023, Def. 3.1 / Cor. 3.6).
+In `target` mode `unlikelihood_weight > 0` adds token-level unlikelihood (Welleck et al. 2020,
+"Neural Text Generation with Unlikelihood Training", Sec. 4, eq. 4): a penalty on the
+probability of the tokens already in the target prefix, against repetition loops.
 """
 
 from __future__ import annotations
@@ -29,6 +32,32 @@ def cross_entropy(logits, targets, weights, label_smoothing: float = 0.0):
   else:
     loss = nll
   return jnp.sum(loss * weights), jnp.sum(nll * weights)
+
+
+def unlikelihood(logits, targets, weights):
+  """Summed token-level unlikelihood loss (Welleck et al. 2020, Sec. 4, eq. 4).
+
+  At position t the negative candidates are the distinct tokens of the target prefix
+  y_<t other than y_t, C_t = {y_s : s < t, weights[s] > 0} \\ {y_t}; the loss is
+  Σ_t weights[t] · Σ_{c ∈ C_t} −log(1 − p(c | y_<t)), each candidate counted once however
+  often it occurs in the prefix. Logits `[batch, length, vocab]` (any float dtype, computed in
+  float32), targets `[batch, length]` int32, weights `[batch, length]`; returns a float32
+  scalar. Memory: one `[batch, length, length]` gather.
+  """
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+  length = targets.shape[-1]
+  # logp of every prefix token at every position: cand[b, t, s] = log p(y_s | y_<t).
+  index = jnp.broadcast_to(targets[:, None, :], targets.shape[:1] + (length, length))
+  cand = jnp.take_along_axis(logp, index, axis=-1)
+  same = targets[:, :, None] == targets[:, None, :]            # [b, i, j]: y_i == y_j
+  earlier = jnp.tril(jnp.ones((length, length), bool), k=-1)   # [i, j]: j < i
+  valid = weights > 0
+  # first[b, s]: y_s does not occur at a valid s' < s (same[b, s', s] with earlier[s, s']).
+  first = ~jnp.any(same & earlier.T[None] & valid[:, :, None], axis=1)
+  mask = (earlier[None] & first[:, None, :] & valid[:, None, :]
+          & ~same)                                              # s < t, first, y_s != y_t
+  penalty = -jnp.log(jnp.clip(1.0 - jnp.exp(cand), 1e-5, 1.0))
+  return jnp.sum(jnp.sum(penalty * mask, axis=-1) * weights)
 
 
 def _token_kl_tv(student_logits, teacher_logits):
@@ -158,8 +187,12 @@ class TrainState:
 
 
 def make_train_step(model, optimizer, *, mode: str, label_smoothing: float,
-                    kd_weight: float = 0.5, tv_weight: float = 0.0, teacher=None):
+                    kd_weight: float = 0.5, tv_weight: float = 0.0, teacher=None,
+                    unlikelihood_weight: float = 0.0):
   """Jitted `(state, batch, rng, teacher_params) -> (state, metrics)`; one compile per shape.
+
+  In `target` mode the loss per token is CE + unlikelihood_weight · UL (`unlikelihood`; the
+  metrics hold `ul` when the weight is > 0).
 
   In `distill` mode the loss per token is (1 − kd_weight) · CE + kd_weight · KL + tv_weight ·
   TV, and the metrics also hold `kl`, `tv` (mean TV to the teacher: 1 − `tv` is the training
@@ -187,6 +220,10 @@ def make_train_step(model, optimizer, *, mode: str, label_smoothing: float,
           (jnp.argmax(logits, -1) == jnp.argmax(teacher_logits, -1)) * weights) / tokens
     else:
       loss = ce / tokens
+      if unlikelihood_weight:
+        ul = unlikelihood(logits, batch['decoder_target_tokens'], weights) / tokens
+        metrics['ul'] = ul
+        loss = loss + unlikelihood_weight * ul
     metrics['loss'] = loss
     return loss, metrics
 

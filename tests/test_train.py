@@ -11,6 +11,7 @@ import pytest
 from specdec_jax import data as data_lib
 from specdec_jax import flags
 from specdec_jax import train as train_lib
+from specdec_jax import train_step
 from specdec_jax import vocabulary
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
@@ -222,6 +223,57 @@ def test_kl_zero_for_identical_logits():
   assert abs(float(train_lib.kl_to_teacher(logits, logits, w))) < 1e-5
 
 
+def _unlikelihood_reference(logits, targets, weights, dedupe=True, exclude_next=True):
+  """Welleck et al. 2020, eq. 4, by enumeration; the two flags plant wrong variants."""
+  p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+  total = 0.0
+  for b in range(targets.shape[0]):
+    for t in range(targets.shape[1]):
+      prefix = [targets[b, s] for s in range(t) if weights[b, s] > 0]
+      cands = list(dict.fromkeys(prefix)) if dedupe else prefix
+      if exclude_next:
+        cands = [c for c in cands if c != targets[b, t]]
+      total += weights[b, t] * sum(-np.log(1 - p[b, t, c]) for c in cands)
+  return total
+
+
+def test_unlikelihood_matches_enumeration_and_rejects_wrong_variants():
+  # The negative candidates at t are the distinct valid prefix tokens other than y_t; a
+  # small vocabulary (4) makes repeats and y_t-in-prefix frequent, so the planted variants
+  # (candidates counted with multiplicity; y_t not excluded) differ by more than the tolerance.
+  rng = np.random.default_rng(7)
+  logits = rng.normal(size=(3, 9, 4)).astype(np.float32)
+  targets = rng.integers(0, 4, size=(3, 9)).astype(np.int32)
+  weights = np.ones((3, 9), np.float32)
+  weights[1, 6:] = 0
+  got = float(train_step.unlikelihood(logits, targets, weights))
+  np.testing.assert_allclose(got, _unlikelihood_reference(logits, targets, weights), rtol=1e-5)
+  for wrong in (dict(dedupe=False), dict(exclude_next=False)):
+    assert abs(got - _unlikelihood_reference(logits, targets, weights, **wrong)) > 0.1 * got
+  # No repeated history, no penalty: every candidate set is empty at t = 0.
+  assert float(train_step.unlikelihood(logits[:, :1], targets[:, :1], weights[:, :1])) == 0.0
+
+
+def test_unlikelihood_training_lowers_a_looping_token():
+  # A target step with unlikelihood_weight > 0 reports `ul` and lowers it on a batch whose
+  # prefix tokens the model would otherwise predict; a distill run rejects the option.
+  model = t5.Transformer(TINY)
+  params = t5.init_params(TINY, jax.random.PRNGKey(0))
+  opt = train_lib.make_optimizer(train_lib.make_schedule(1e-2, 1, 'constant'))
+  state = train_lib.TrainState(step=jnp.array(0, jnp.int32), params=params,
+                               opt_state=opt.init(params))
+  step = train_lib.make_train_step(model, opt, mode='target', label_smoothing=0.0,
+                                   unlikelihood_weight=1.0)
+  batch = _tiny_batch()
+  uls = []
+  for _ in range(10):
+    state, metrics = step(state, batch, jax.random.PRNGKey(1), None)
+    uls.append(float(metrics['ul']))
+  assert np.isfinite(uls).all() and uls[-1] < uls[0], uls
+  with pytest.raises(ValueError, match='unlikelihood_weight'):
+    train_lib.train(run_dir='unused', model_config=TINY, mode='distill', unlikelihood_weight=1.0)
+
+
 def test_gin_configs_parse_and_flags():
   parsed = flags.parse_gin_flags(
       ['--gin_file=configs/train/target_ende.gin', '--gin.train.max_steps=7'], 'train', '', '')
@@ -232,7 +284,8 @@ def test_gin_configs_parse_and_flags():
   try:
     for name in ('target_ende.gin', 'target_ende_v3.gin', 'draft_ende.gin', 'draft_ende_v3.gin',
                  'draft_ende_v3_qls.gin', 'draft_ende_v31.gin', 'draft_ende_v32.gin',
-                 'target_ende_v4.gin', 'target_ende_v5.gin', 'draft_ende_v5.gin'):
+                 'target_ende_v4.gin', 'target_ende_v5.gin', 'draft_ende_v5.gin',
+                 'target_ende_v6_ul.gin', 'draft_ende_v6.gin'):
       gin.clear_config()
       gin.add_config_file_search_path(str(REPO))  # the v3 configs include the v2 ones
       gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], bindings)
@@ -251,6 +304,9 @@ def test_gin_configs_parse_and_flags():
         assert gin.query_parameter('train.total_steps') == 2500
         assert gin.query_parameter('train.learning_rate') == 1.5e-3
         assert gin.query_parameter('train.run_dir') == 'runs/target_ende_v5'
+      if name == 'target_ende_v6_ul.gin':  # the shipped target + unlikelihood fine-tuning
+        assert gin.query_parameter('train.unlikelihood_weight') == 1.0
+        assert gin.query_parameter('train.init_params_dir') == 'specdec_jax/assets/demo_ende/target'
       if name == 'target_ende_v4.gin':  # v3's schedule + subword regularisation
         assert gin.query_parameter('train.subword_samples') == 4
         assert gin.query_parameter('train.total_steps') == 2000
