@@ -11,10 +11,12 @@ out] product written three ways:
     `sum(wt[None] * x[:, None], -1)`, a fused multiply-reduce that streams each weight row
     once for all M rows (no packing of the weight matrix);
   - `row reduce, [out, M]`: the same with the M axis inside (`sum(wt[:, None] * x[None], -1).T`).
-`x @ w` is timed at M = 1 (the baseline step's form) and 4; the reduce forms at M = 3, 4, 5
-(at M = 1–2 XLA turns them into a slow loop: 25–42 ms in a first run). The rounds interleave
-the forms so that the host's drift falls on all of them. Each time is the median of 9 runs
-(compilation excluded), per chain; v(M) is against `x @ w` at M = 1 of the same round.
+`x @ w` is timed at M = 1 (the baseline step's form) and 4; the reduce forms at M = 3, 4, 5.
+The rounds interleave the forms so that the host's drift falls on all of them. Each time is
+the median of 9 runs (compilation excluded), per chain; v(M) is against `x @ w` at M = 1 of
+the same round. After the rounds, `row reduce` at M = 1 and 2 once (median of 3 runs:
+XLA compiles the reduce into a much slower loop there, so the model could not use it for the
+one-token step).
 Writes JSON (`--output`) and prints one line per round. Heavy: nothing else on the cores.
 """
 from __future__ import annotations
@@ -73,7 +75,13 @@ def main(argv=None) -> dict:
     rounds.append({'ms': ms, 'v': {k: t / base for k, t in ms.items()}})
     print(f'round {r}: ' + ' | '.join(f'{k} {t:.3f} ms (v {t / base:.2f})'
                                         for k, t in ms.items()), flush=True)
-  result = {'cpu': runner.cpu_info(), 'rounds': rounds,
+  small = {}
+  for m in (1, 2):
+    h = jnp.full((m, br.EMBED), 0.01, jnp.float32)
+    small[f'row reduce M={m}'] = bench_kernels.median_seconds(
+        chains['row reduce'], weights[True], h, reps=3) / br.ITERS * 1e3
+  print('once: ' + ' | '.join(f'{k} {t:.3f} ms' for k, t in small.items()), flush=True)
+  result = {'cpu': runner.cpu_info(), 'rounds': rounds, 'row_reduce_small_m_ms': small,
             'median_v': {k: float(np.median([rd['v'][k] for rd in rounds]))
                          for k in rounds[0]['v']}}
   atomic.write_text(args.output, json.dumps(result, indent=1))

@@ -173,14 +173,11 @@ def train(run_dir: str = gin.REQUIRED,
   start_time = time.time()
   if mode not in ('target', 'distill'):
     raise ValueError(f"train.mode must be 'target' or 'distill', got {mode!r}.")
-  if (isinstance(tv_weight, bool) or not isinstance(tv_weight, (int, float))
-      or not math.isfinite(tv_weight) or tv_weight < 0):
-    raise ValueError(f'train.tv_weight must be a finite number >= 0, got {tv_weight!r}.')
+  for name, weight in (('tv_weight', tv_weight), ('unlikelihood_weight', unlikelihood_weight)):
+    if (isinstance(weight, bool) or not isinstance(weight, (int, float))
+        or not math.isfinite(weight) or weight < 0):
+      raise ValueError(f'train.{name} must be a finite number >= 0, got {weight!r}.')
   subword.check_args(subword_samples, subword_alpha, targets_path)
-  if (isinstance(unlikelihood_weight, bool) or not isinstance(unlikelihood_weight, (int, float))
-      or not math.isfinite(unlikelihood_weight) or unlikelihood_weight < 0):
-    raise ValueError('train.unlikelihood_weight must be a finite number >= 0, got '
-                     f'{unlikelihood_weight!r}.')
   if unlikelihood_weight and mode != 'target':
     raise ValueError(f'train.unlikelihood_weight={unlikelihood_weight} applies to '
                      'train.mode="target" only; set it to 0 for mode="distill".')
