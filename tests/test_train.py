@@ -287,7 +287,7 @@ def test_gin_configs_parse_and_flags():
     for name in ('target_ende.gin', 'target_ende_v3.gin', 'draft_ende.gin', 'draft_ende_v3.gin',
                  'draft_ende_v3_qls.gin', 'draft_ende_v31.gin', 'draft_ende_v32.gin',
                  'target_ende_v4.gin', 'target_ende_v5.gin', 'draft_ende_v5.gin',
-                 'target_ende_v6_ul.gin', 'draft_ende_v6.gin'):
+                 'target_ende_v6_ul.gin', 'draft_ende_v6.gin', 'draft_ende_v61.gin'):
       gin.clear_config()
       gin.add_config_file_search_path(str(REPO))  # the v3 configs include the v2 ones
       gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], bindings)
@@ -306,9 +306,17 @@ def test_gin_configs_parse_and_flags():
         assert gin.query_parameter('train.total_steps') == 2500
         assert gin.query_parameter('train.learning_rate') == 1.5e-3
         assert gin.query_parameter('train.run_dir') == 'runs/target_ende_v5'
-      if name == 'target_ende_v6_ul.gin':  # the shipped target + unlikelihood fine-tuning
+      if name == 'target_ende_v6_ul.gin':  # the v3 target (from git) + unlikelihood fine-tuning
         assert gin.query_parameter('train.unlikelihood_weight') == 1.0
-        assert gin.query_parameter('train.init_params_dir') == 'specdec_jax/assets/demo_ende/target'
+        assert gin.query_parameter('train.init_params_dir') == 'runs/target_v3'
+      if name == 'draft_ende_v6.gin':  # the v3.2 draft (from git) onto the exported target v6
+        assert gin.query_parameter('train.init_params_dir') == 'runs/draft_v32'
+        assert gin.query_parameter('train.teacher_dir') == 'out/pair_v6/target'
+        assert gin.query_parameter('train.total_steps') == 600
+      if name == 'draft_ende_v61.gin':  # draft v6 + a second sampled set, TV weight 1.5
+        assert gin.query_parameter('train.init_params_dir') == 'runs/draft_ende_v6'
+        assert gin.query_parameter('train.tv_weight') == 1.5
+        assert gin.query_parameter('train.targets_path')[-1] == 'runs/distill_v6/sampled_train_s2.ids'
       if name == 'target_ende_v4.gin':  # v3's schedule + subword regularisation
         assert gin.query_parameter('train.subword_samples') == 4
         assert gin.query_parameter('train.total_steps') == 2000
@@ -544,7 +552,7 @@ def test_v5_draft_recipe_chains_the_exported_target():
     gin.parse_config_files_and_bindings([str(REPO / 'configs/train/draft_ende_v5.gin')], [])
     assert gin.query_parameter('train.mode') == 'distill'
     assert gin.query_parameter('train.teacher_dir') == 'out/pair_v5/target'
-    assert gin.query_parameter('train.init_params_dir') == 'specdec_jax/assets/demo_ende/draft'
+    assert gin.query_parameter('train.init_params_dir') == 'runs/draft_v32'  # v3.2, from git
     assert gin.query_parameter('train.targets_path') == (
         'runs/distill_v5/greedy_train.ids',
         *(f'runs/distill_v5/sampled_train_s{s}.ids' for s in (1, 2, 3)))
@@ -554,9 +562,10 @@ def test_v5_draft_recipe_chains_the_exported_target():
     gin.clear_config()
 
 
-def test_v31_recipe_reads_the_shipped_pair():
-  """The v3.1 draft's distillation configs and fine-tuning config point at the shipped
-  checkpoints, and `load_run` reads those folders onto the pair's configs."""
+def test_v31_recipe_and_the_shipped_pair():
+  """The v3.1 draft's distillation configs and fine-tuning config point at the v3 target
+  (shipped until v6, extracted from git into runs/target_v3), and `load_run` reads the
+  shipped folders onto the pair's configs."""
   import json
   from specdec_jax import distill_data  # noqa: F401  (registers distill_data with gin)
   from specdec_jax import run_files
@@ -567,14 +576,14 @@ def test_v31_recipe_reads_the_shipped_pair():
       gin.clear_config()
       gin.add_config_file_search_path(str(REPO))
       gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], [])
-      assert gin.query_parameter('distill_data.target_run') == 'specdec_jax/assets/demo_ende/target'
+      assert gin.query_parameter('distill_data.target_run') == 'runs/target_v3'  # v3, from git
     assert gin.query_parameter('distill_data.temperature') == 1.0  # the sampled set
     assert gin.query_parameter('distill_data.seed') == 1
     gin.clear_config()
     gin.add_config_file_search_path(str(REPO))
     gin.parse_config_files_and_bindings([str(REPO / 'configs/train/draft_ende_v31.gin')], [])
     assert gin.query_parameter('train.init_params_dir') == 'runs/draft_v3'  # v3, from git
-    assert gin.query_parameter('train.teacher_dir') == 'specdec_jax/assets/demo_ende/target'
+    assert gin.query_parameter('train.teacher_dir') == 'runs/target_v3'
   finally:
     gin.clear_config()
   for role in ('target', 'draft'):
