@@ -287,7 +287,8 @@ def test_gin_configs_parse_and_flags():
     for name in ('target_ende.gin', 'target_ende_v3.gin', 'draft_ende.gin', 'draft_ende_v3.gin',
                  'draft_ende_v3_qls.gin', 'draft_ende_v31.gin', 'draft_ende_v32.gin',
                  'target_ende_v4.gin', 'target_ende_v5.gin', 'draft_ende_v5.gin',
-                 'target_ende_v6_ul.gin', 'draft_ende_v6.gin', 'draft_ende_v61.gin'):
+                 'target_ende_v6_ul.gin', 'draft_ende_v6.gin', 'draft_ende_v61.gin',
+                 'draft_ende_v62.gin'):
       gin.clear_config()
       gin.add_config_file_search_path(str(REPO))  # the v3 configs include the v2 ones
       gin.parse_config_files_and_bindings([str(REPO / 'configs/train' / name)], bindings)
@@ -317,6 +318,11 @@ def test_gin_configs_parse_and_flags():
         assert gin.query_parameter('train.init_params_dir') == 'runs/draft_ende_v6'
         assert gin.query_parameter('train.tv_weight') == 1.5
         assert gin.query_parameter('train.targets_path')[-1] == 'runs/distill_v6/sampled_train_s2.ids'
+      if name == 'draft_ende_v62.gin':  # the shipped v6 draft + three new sampled sets, 1,800 steps
+        assert gin.query_parameter('train.init_params_dir') == 'specdec_jax/assets/demo_ende/draft'
+        assert gin.query_parameter('train.total_steps') == 1800
+        assert gin.query_parameter('train.targets_path')[1:] == tuple(
+            f'runs/distill_v6/sampled_train_s{s}.ids' for s in (2, 3, 4))
       if name == 'target_ende_v4.gin':  # v3's schedule + subword regularisation
         assert gin.query_parameter('train.subword_samples') == 4
         assert gin.query_parameter('train.total_steps') == 2000
