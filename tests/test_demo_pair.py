@@ -3,12 +3,12 @@
 Decodes the first 100 sentences of Multi30K test_2016 (seqio task
 `specdec_ende_multi30k`, split `test`) with the demo pair, greedily, speculatively
 (γ = 4) and with the baseline: the predictions must be identical, and the floors hold.
-Measured on the shipped pair (v6 target, v6 draft; specdec_jax/assets/demo_ende/MODEL_CARD.md):
+Measured on the shipped pair (v6 target, v6.2 draft; specdec_jax/assets/demo_ende/MODEL_CARD.md):
 BLEU 28.2 on these 100 sentences (31.33 on all 1,000; the v3 target scored 28.1 on them, the
-v2 target 20.0), α 0.803 (Σ min(p, q) over scored positions, one-hot p and q at temperature 0;
-0.807 on all 1,000; the v3.2 draft with the v3 target: 0.821), 2.99 tokens per target call
-(v3.2 with v3: 3.08). The floors leave margins of about 15 % (BLEU), 0.05 (α) and 0.39
-(tokens per call): a broken draft (α ≈ 0), or a target no better than v2, fails them.
+v2 target 20.0), α 0.818 (Σ min(p, q) over scored positions, one-hot p and q at temperature 0;
+0.813 on all 1,000; the v6 draft: 0.803 here), 3.08 tokens per target call (v6 draft: 2.99).
+The floors leave margins of about 15 % (BLEU), 0.07 (α) and 0.48 (tokens per call): a broken
+draft (α ≈ 0), or a target no better than v2, fails them.
 """
 
 from __future__ import annotations

@@ -318,8 +318,8 @@ def test_gin_configs_parse_and_flags():
         assert gin.query_parameter('train.init_params_dir') == 'runs/draft_ende_v6'
         assert gin.query_parameter('train.tv_weight') == 1.5
         assert gin.query_parameter('train.targets_path')[-1] == 'runs/distill_v6/sampled_train_s2.ids'
-      if name == 'draft_ende_v62.gin':  # the shipped v6 draft + three new sampled sets, 1,800 steps
-        assert gin.query_parameter('train.init_params_dir') == 'specdec_jax/assets/demo_ende/draft'
+      if name == 'draft_ende_v62.gin':  # the v6 draft (from git) + three new sampled sets, 1,800 steps
+        assert gin.query_parameter('train.init_params_dir') == 'runs/draft_v6'  # v6, from git
         assert gin.query_parameter('train.total_steps') == 1800
         assert gin.query_parameter('train.targets_path')[1:] == tuple(
             f'runs/distill_v6/sampled_train_s{s}.ids' for s in (2, 3, 4))
