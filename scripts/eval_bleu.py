@@ -18,6 +18,7 @@ import pathlib
 import sys
 import time
 
+import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
@@ -33,10 +34,12 @@ def load_model(path):
   """(T5Config, float32 params) of a run dir (params.msgpack) or an exported T5X model dir."""
   path = pathlib.Path(path)
   if (path / 'params.msgpack').exists():
-    return train_lib.load_run(path)
-  from specdec_jax import checkpoints
-  config = train_lib.config_from_dict(json.loads((path / 'config.json').read_text()))
-  return config, checkpoints.load_t5x_checkpoint(path, config=config, dtype=jnp.float32)
+    config, params = train_lib.load_run(path)
+  else:
+    from specdec_jax import checkpoints
+    config = train_lib.config_from_dict(json.loads((path / 'config.json').read_text()))
+    params = checkpoints.load_t5x_checkpoint(path, config=config, dtype=jnp.float32)
+  return config, jax.device_put(params)  # once: numpy params are copied per call
 
 
 def main(argv=None):

@@ -95,20 +95,24 @@ def phase(op: str, speculative: bool) -> str:
   return 'other'
 
 
-def profile(fn, inputs, speculative: bool, trace_dir: str):
-  """Untraced wall time (median of 3 passes), per-phase op time and the stats."""
-  compiled = xla_options.jit(fn).lower(inputs[0]).compile()  # as generate.py compiles
+def profile(fn, params, inputs, speculative: bool, trace_dir: str):
+  """Untraced wall time (median of 3 passes), per-phase op time and the stats.
+
+  `params` (a tuple of device-array trees) are arguments of the compiled program, as
+  in `generate.py` (closed over, they would be compiled in as constants).
+  """
+  compiled = xla_options.jit(fn).lower(*params, inputs[0]).compile()  # as generate.py compiles
   labels = hlo_op_names(compiled.as_text())
-  outs = [jax.block_until_ready(compiled(x)) for x in inputs]
+  outs = [jax.block_until_ready(compiled(*params, x)) for x in inputs]
   walls = []
   for _ in range(3):
     t0 = time.perf_counter()
     for x in inputs:
-      jax.block_until_ready(compiled(x))
+      jax.block_until_ready(compiled(*params, x))
     walls.append(time.perf_counter() - t0)
   jax.profiler.start_trace(trace_dir)
   for x in inputs:
-    jax.block_until_ready(compiled(x))
+    jax.block_until_ready(compiled(*params, x))
   jax.profiler.stop_trace()
   path = sorted(glob.glob(f'{trace_dir}/**/*.xplane.pb', recursive=True),
                 key=os.path.getmtime)[-1]
@@ -152,19 +156,21 @@ def main(argv=None) -> int:
   kw = dict(eos_id=vocab.eos_id, temperature=a.temperature,
             decode_rng=jax.random.PRNGKey(0))
 
-  def base(x):
-    return generate.t5_generate(m.target_model, m.target_params, x, a.max_decode_len, **kw)
+  def base(target_params, x):
+    return generate.t5_generate(m.target_model, target_params, x, a.max_decode_len, **kw)
 
-  def spec(x):
+  def spec(target_params, draft_params, x):
     return generate.t5_speculative_generate(
-        m.target_model, m.target_params, m.draft_model, m.draft_params, x,
+        m.target_model, target_params, m.draft_model, draft_params, x,
         a.max_decode_len, a.gamma, real_vocab_size=vocab.vocab_size, **kw)
 
   out_dir = pathlib.Path(a.output_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
   with tempfile.TemporaryDirectory() as tmp:
-    base_wall, base_t, base_outs = profile(base, inputs, False, tmp + '/base')
-    spec_wall, spec_t, spec_outs = profile(spec, inputs, True, tmp + '/spec')
+    base_wall, base_t, base_outs = profile(base, (m.target_params,), inputs, False,
+                                           tmp + '/base')
+    spec_wall, spec_t, spec_outs = profile(spec, (m.target_params, m.draft_params), inputs,
+                                           True, tmp + '/spec')
 
   # Loop iterations: a batch's baseline loop runs until its longest row ends, its
   # speculative loop for its largest number of rounds (= target calls).

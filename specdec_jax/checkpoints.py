@@ -112,6 +112,8 @@ def load_t5x_checkpoint(path: str | os.PathLike, config: T5Config | None = None,
   Returns:
     The params as a nested dict like `t5.init_params` gives: numpy arrays
     (float32 as stored unless `dtype`), or `jax.Array`s when `shardings` is given.
+    `jax.device_put` numpy params once before decoding: a jitted call transfers numpy
+    arguments to the device on every call (`generate` warns).
   Raises:
     FileNotFoundError: nothing at `path` (the message names it and what was
       expected), no checkpoint there, or no `checkpoint_<restore_step>`.

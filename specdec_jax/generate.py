@@ -10,6 +10,7 @@ changing them does not recompile.
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Optional
 
 import jax
@@ -85,6 +86,23 @@ def _prompt(encoder_input_tokens, max_decode_len, decoder_prompt):
   return jnp.asarray(decoder_prompt, jnp.int32)
 
 
+def _warn_host_params(**trees) -> None:
+  """Warns (RuntimeWarning, once per call site) about params held as numpy arrays.
+
+  A jitted call transfers every numpy argument to the device on every call: to an
+  accelerator always; on the CPU it aliases 64-byte-aligned data and copies the rest,
+  and checkpoint readers' arrays are mostly unaligned. For the demo pair (146 MB of
+  float32 params) that cost 5-15 ms per call on a 2-core CPU, up to a quarter of a
+  sentence's speculative decode (`scripts/probe_host_params.py`). `jax.device_put`
+  them once instead.
+  """
+  for name, tree in trees.items():
+    if any(isinstance(x, np.ndarray) for x in jax.tree_util.tree_leaves(tree)):
+      warnings.warn(f'{name} holds numpy arrays, which are transferred to the device on '
+                    f'every call (milliseconds per call for a large model); put them there '
+                    f'once: {name} = jax.device_put({name}).', RuntimeWarning, stacklevel=3)
+
+
 def _check_topk(topk, model) -> int:
   """topk as a Python int in [0, vocab_size]; ValueError naming it otherwise."""
   topk = sampling.check_int('topk (0 = off)', topk, 0)
@@ -102,7 +120,9 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
   """Baseline decoding: encoder once, then one target call per token (T5X's loop).
 
   Args:
-    model, params: the T5 `Transformer` and its params.
+    model, params: the T5 `Transformer` and its params, as device arrays
+      (`jax.device_put` them once: numpy leaves are transferred to the device on
+      every call, and a RuntimeWarning says so).
     encoder_input_tokens: int32 `[batch, enc_len]` (0 = padding).
     max_decode_len: decoded length (static).
     decoder_prompt: optional int32 `[batch, max_decode_len]` forced prefix tokens.
@@ -132,6 +152,7 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
     from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top
     return sharded.generate(_generate, sharding_plan, model, params, encoder_input_tokens,
                             prompt, decode_rng, temperature, static)
+  _warn_host_params(params=params)
   return _generate(model, params, jnp.asarray(encoder_input_tokens, jnp.int32), prompt,
                    decode_rng, jnp.asarray(temperature, jnp.float32), **static)
 
@@ -179,7 +200,8 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
 
   Args:
     target_model, target_params, draft_model, draft_params: the two T5s; they must
-      share token ids (their embeddings may be padded to different sizes).
+      share token ids (their embeddings may be padded to different sizes). Params as
+      device arrays, as in `t5_generate` (numpy ones move every call: warned).
     encoder_input_tokens: int32 `[batch, enc_len]` for the target (and the draft,
       unless `draft_encoder_input_tokens` is given).
     max_decode_len: decoded length (static); both caches get
@@ -235,6 +257,7 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
         _speculative_generate, sharding_plan, target_model, target_params, draft_model,
         draft_params, encoder_input_tokens, draft_encoder_input_tokens, prompt, decode_rng,
         temperature, static)
+  _warn_host_params(target_params=target_params, draft_params=draft_params)
   return _speculative_generate(
       target_model, target_params, draft_model, draft_params,
       jnp.asarray(encoder_input_tokens, jnp.int32),

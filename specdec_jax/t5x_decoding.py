@@ -257,7 +257,8 @@ def _target(tokens_to_logits, num_decodes, target_module, target_params,
 @functools.lru_cache(maxsize=8)
 def _load_draft(path: str, config: T5Config, dtype_name: Optional[str]):
   from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
-  return checkpoints.load_t5x_checkpoint(path, config=config, dtype=dtype_name)
+  # On the device once: numpy params would be copied to it on every decode call.
+  return jax.device_put(checkpoints.load_t5x_checkpoint(path, config=config, dtype=dtype_name))
 
 
 def split_draft_params(params):

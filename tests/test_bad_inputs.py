@@ -4,7 +4,8 @@ One test (or a few) per class, each asserting the right value:
 1. top-p at an exact boundary (float32 rounding), 2. top-p = 1.0 keeps everything,
 3. float16 masks, 4. lone UTF-16 surrogates, 5. UTF-8 byte-order marks,
 6. γ + 1 > max_decode_len, 7. output permissions follow the umask (tests/test_decode_job.py),
-8. the training CLI's errors, 9. Ctrl-C and progress bars, 10. TensorFlow start-up noise.
+8. the training CLI's errors, 9. Ctrl-C and progress bars, 10. TensorFlow start-up noise,
+11. params held as numpy arrays (copied to the device on every call).
 The decode job's own cases are in tests/test_decode_job.py.
 """
 
@@ -335,3 +336,28 @@ def test_entry_points_start_without_tensorflow_and_seqio_imports_quietly():
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.split() == ['[]', 'True'], proc.stdout
   assert proc.stderr == '', proc.stderr
+
+
+# --- 11: params held as numpy arrays ------------------------------------------------
+
+def test_numpy_params_are_warned_about_and_decode_the_same(pair):
+  """A jitted call copies numpy arguments to the device every time (5-15 ms per call for
+  the demo pair): the entry points warn, naming the tree and the fix; outputs unchanged."""
+  import warnings
+  x = jnp.asarray(ENC)
+  host_target = jax.tree.map(np.asarray, pair.params)
+  host_draft = jax.tree.map(np.asarray, pair.draft_params)
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', RuntimeWarning)  # device params: no warning
+    want = generate.t5_generate(pair.model, pair.params, x, 8)[0]
+    want_spec = generate.t5_speculative_generate(pair.model, pair.params, pair.draft_model,
+                                                 pair.draft_params, x, 8, 2)[0]
+  with pytest.warns(RuntimeWarning, match=r'^params holds numpy arrays.*'
+                    r'params = jax\.device_put\(params\)'):
+    got = generate.t5_generate(pair.model, host_target, x, 8)[0]
+  np.testing.assert_array_equal(got, want)
+  with pytest.warns(RuntimeWarning) as record:
+    got_spec = generate.t5_speculative_generate(pair.model, pair.params, pair.draft_model,
+                                                host_draft, x, 8, 2)[0]
+  assert [str(w.message).split()[0] for w in record] == ['draft_params']
+  np.testing.assert_array_equal(got_spec, want_spec)

@@ -363,6 +363,9 @@ def test_pair_dir_with_pair_json(pair, shared, tmp_path):
   assert prepared.pair.draft_checkpoint == str((folder / 'draft').resolve())
   assert len(prepared.examples) == 8  # The built-in examples.
   assert prepared.target_params['decoder']['logits_dense']['kernel'].shape == (8, 32128)
+  # Loaded onto the device once (numpy params would be copied there on every call).
+  for params in (prepared.target_params, prepared.draft_params):
+    assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(params))
   assert not (tmp_path / 'o.jsonl').exists()
 
 

@@ -56,6 +56,7 @@ def load_pair(pair_dir, target_config, draft_config, target_checkpoint, draft_ch
               vocab_path, extra_ids, checkpoint_dtype=None, plan=None):
   """(PairSpec, vocabulary, Models) as the decode job resolves them; with a
   `sharding.ShardingPlan`, the params are restored straight into its shardings."""
+  import jax  # pylint: disable=g-import-not-at-top
   from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
   from specdec_jax import decode as decode_lib  # pylint: disable=g-import-not-at-top
   from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
@@ -72,6 +73,8 @@ def load_pair(pair_dir, target_config, draft_config, target_checkpoint, draft_ch
         dtype=decode_lib._dtype(checkpoint_dtype),  # pylint: disable=protected-access
         shardings=None if plan is None else plan.param_shardings(cfg, role))
     t5.check_params(params, cfg)
+    if plan is None:  # Once, here: numpy params would be copied to the device per call.
+      params = jax.device_put(params)
     loaded[role] = (t5.Transformer(cfg), params)
   return pair, vocab, Models(loaded['target'][0], loaded['target'][1], loaded['draft'][0],
                              loaded['draft'][1])

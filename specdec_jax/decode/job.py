@@ -310,6 +310,7 @@ def _plan(s: dict):
 
 
 def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
+  import jax  # pylint: disable=g-import-not-at-top
   from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
   from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
   pair = prepared.pair
@@ -321,6 +322,8 @@ def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
                    else None)
       params = checkpoints.load_t5x_checkpoint(path, cfg, dtype=role_dtype, shardings=shardings)
       t5.check_params(params, cfg)
+      if shardings is None:  # Once, here: numpy params are copied to the device per call.
+        params = jax.device_put(params)
     except ValueError as e:
       what = 'decode.' + role + '_config' if binding(role).startswith('decode.') else (
           'the T5X model gin\'s ' + ('module' if role == 'target' else 'draft_module'))
