@@ -318,7 +318,7 @@ def test_draft_checkpoint_path_is_loaded_lazily():
   config = PRESETS['t5_1_1_small'].replace(emb_dim=8, num_heads=4, head_dim=3, mlp_dim=16,
                                            num_encoder_layers=2, num_decoder_layers=2)
   module = t5.Transformer(config)
-  params = checkpoints.load_t5x_checkpoint(TINY_T5X, config)
+  params = jax.device_put(checkpoints.load_t5x_checkpoint(TINY_T5X, config))  # as T5X holds them
   vocab = FakeVocab(size=32100)
   model = SpeculativeEncoderDecoderModel(module, vocab, vocab, None, draft_module=module,
                                          draft_params=str(TINY_T5X), gamma=2)
