@@ -66,8 +66,8 @@ def model_costs(root='specdec_jax/assets/demo_ende') -> dict:
     loaded = []
     for role in ('target', 'draft'):
       cfg = config_from_dict(pair[f'{role}_config']).replace(dtype=dtype, dropout_rate=0.0)
-      loaded += [t5.Transformer(cfg),
-                 checkpoints.load_t5x_checkpoint(f'{root}/{role}', config=cfg, dtype=dtype)]
+      loaded += [t5.Transformer(cfg), jax.device_put(  # on the device once, not per call
+          checkpoints.load_t5x_checkpoint(f'{root}/{role}', config=cfg, dtype=dtype))]
     models = runner.Models(*loaded)
     res[name] = [costs.step_costs(models, tokens, 64, (1, 2, 3, 4), iters=7) for _ in range(2)]
     for r in res[name]:

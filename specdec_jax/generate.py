@@ -92,15 +92,19 @@ def _warn_host_params(**trees) -> None:
   A jitted call transfers every numpy argument to the device on every call: to an
   accelerator always; on the CPU it aliases 64-byte-aligned data and copies the rest,
   and checkpoint readers' arrays are mostly unaligned. For the demo pair (146 MB of
-  float32 params) that cost 5-15 ms per call on a 2-core CPU, up to a quarter of a
-  sentence's speculative decode (`scripts/probe_host_params.py`). `jax.device_put`
-  them once instead.
+  float32 params) that cost 4-15 ms per call on a 2-core CPU, up to a quarter of a
+  sentence's speculative decode (`scripts/probe_host_params.py`). With a
+  `sharding_plan` numpy params are placed on the mesh on every call as well. Put them
+  on the device once instead (`jax.device_put`, or restore them into the plan's
+  shardings: `checkpoints.load_t5x_checkpoint(..., shardings=plan.param_shardings(cfg))`).
   """
   for name, tree in trees.items():
     if any(isinstance(x, np.ndarray) for x in jax.tree_util.tree_leaves(tree)):
       warnings.warn(f'{name} holds numpy arrays, which are transferred to the device on '
                     f'every call (milliseconds per call for a large model); put them there '
-                    f'once: {name} = jax.device_put({name}).', RuntimeWarning, stacklevel=3)
+                    f'once: {name} = jax.device_put({name}) (with a sharding_plan: load them '
+                    f'with shardings=plan.param_shardings(config)).', RuntimeWarning,
+                    stacklevel=3)
 
 
 def _check_topk(topk, model) -> int:
@@ -148,11 +152,11 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
                 max_decode_steps=max_decode_steps, rescale_log_probs=rescale_log_probs,
                 prompt_free=decoder_prompt is None, per_row_greedy=_per_row_greedy(temperature))
   prompt = _prompt(encoder_input_tokens, max_decode_len, decoder_prompt)
+  _warn_host_params(params=params)
   if sharding_plan is not None:
     from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top
     return sharded.generate(_generate, sharding_plan, model, params, encoder_input_tokens,
                             prompt, decode_rng, temperature, static)
-  _warn_host_params(params=params)
   return _generate(model, params, jnp.asarray(encoder_input_tokens, jnp.int32), prompt,
                    decode_rng, jnp.asarray(temperature, jnp.float32), **static)
 
@@ -251,13 +255,13 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
                 rescale_log_probs=rescale_log_probs, prompt_free=decoder_prompt is None,
                 per_row_greedy=_per_row_greedy(temperature),
                 draft_policy=policies.as_policy(draft_policy))
+  _warn_host_params(target_params=target_params, draft_params=draft_params)
   if sharding_plan is not None:
     from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top
     return sharded.speculative_generate(
         _speculative_generate, sharding_plan, target_model, target_params, draft_model,
         draft_params, encoder_input_tokens, draft_encoder_input_tokens, prompt, decode_rng,
         temperature, static)
-  _warn_host_params(target_params=target_params, draft_params=draft_params)
   return _speculative_generate(
       target_model, target_params, draft_model, draft_params,
       jnp.asarray(encoder_input_tokens, jnp.int32),

@@ -68,7 +68,7 @@ def tiny_pair(tmp_path_factory):
 
 def test_load_pair_puts_params_on_the_device(tiny_pair):
   """Once, at load: numpy params would be copied to the device on every decode call
-  (for the demo pair 5-15 ms per call, which hid a quarter of the speedup at batch 1)."""
+  (for the demo pair 4-15 ms per call, up to a quarter of the speculative call at batch 1)."""
   root, _ = tiny_pair
   _, _, models = bench.load_pair(str(root), None, None, None, None, None, 100)
   for params in (models.target_params, models.draft_params):
