@@ -44,10 +44,10 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import eval_bleu  # noqa: E402  (scripts/eval_bleu.py: its model loader)
 from specdec_jax import atomic  # noqa: E402
 from specdec_jax import data as data_lib  # noqa: E402
 from specdec_jax import evaluation  # noqa: E402
+from specdec_jax import run_files  # noqa: E402
 from specdec_jax import vocabulary  # noqa: E402
 from specdec_jax.vocabulary import EOS_ID  # noqa: E402
 
@@ -160,7 +160,7 @@ def measured_rounds(results_path: pathlib.Path, num: int, temperature: float, sp
 def load_model(path: pathlib.Path):
   """(`t5.Transformer` with dropout off, float32 params) of an exported model dir."""
   from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
-  config, params = eval_bleu.load_model(path)
+  config, params = run_files.load_run(path)  # float32, on the device
   return t5.Transformer(config.replace(dropout_rate=0.0)), params
 
 

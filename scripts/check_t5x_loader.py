@@ -26,6 +26,7 @@ import sys
 import types
 
 import numpy as np
+from flax import traverse_util
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from specdec_jax import atomic, checkpoints, paths  # noqa: E402
@@ -70,14 +71,8 @@ def import_t5x_checkpoints(t5x_src: pathlib.Path):
   return importlib.import_module('t5x.checkpoints'), stubbed
 
 
-def _flat(tree, prefix=''):
-  out = {}
-  for k, v in tree.items():
-    if isinstance(v, dict):
-      out.update(_flat(v, f'{prefix}{k}/'))
-    else:
-      out[prefix + k] = np.asarray(v)
-  return out
+def _flat(tree) -> dict:
+  return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(tree, sep='/').items()}
 
 
 def main(argv=None) -> int:

@@ -45,7 +45,6 @@ def main(argv=None) -> int:
     p.error(f'--num must be a positive multiple of {BATCH}, got {args.num}')
   tc, tp = run_files.load_run(args.target_dir)
   dc, dp = run_files.load_run(args.draft_dir)
-  tp, dp = jax.device_put((tp, dp))  # once: numpy params are copied to the device per call
   target, draft = t5.Transformer(tc), t5.Transformer(dc)
   sp = vocabulary.load_processor(args.vocab)
   sources, _ = data_lib.read_parallel(args.split, None, limit=args.num)

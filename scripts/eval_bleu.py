@@ -18,9 +18,6 @@ import pathlib
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from specdec_jax import atomic  # noqa: E402
 from specdec_jax import data as data_lib  # noqa: E402
@@ -28,18 +25,6 @@ from specdec_jax import evaluation  # noqa: E402
 from specdec_jax import train as train_lib  # noqa: E402
 from specdec_jax import vocabulary  # noqa: E402
 from specdec_jax.models import t5  # noqa: E402
-
-
-def load_model(path):
-  """(T5Config, float32 params) of a run dir (params.msgpack) or an exported T5X model dir."""
-  path = pathlib.Path(path)
-  if (path / 'params.msgpack').exists():
-    config, params = train_lib.load_run(path)
-  else:
-    from specdec_jax import checkpoints
-    config = train_lib.config_from_dict(json.loads((path / 'config.json').read_text()))
-    params = checkpoints.load_t5x_checkpoint(path, config=config, dtype=jnp.float32)
-  return config, jax.device_put(params)  # once: numpy params are copied per call
 
 
 def main(argv=None):
@@ -57,11 +42,11 @@ def main(argv=None):
 
   processor = vocabulary.load_processor(args.vocab)
   src, ref = data_lib.read_parallel(args.split, limit=args.num)
-  config, params = load_model(args.run_dir)
+  config, params = train_lib.load_run(args.run_dir)
   model = t5.Transformer(config.replace(dropout_rate=0.0))
   draft = None
   if args.draft_run_dir:
-    dconfig, dparams = load_model(args.draft_run_dir)
+    dconfig, dparams = train_lib.load_run(args.draft_run_dir)
     draft = t5.Transformer(dconfig.replace(dropout_rate=0.0))
   inputs = data_lib.encode_inputs(processor, src)
   truncated = sum(len(x) > args.max_input_len for x in inputs)

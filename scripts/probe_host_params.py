@@ -6,8 +6,8 @@ r"""Numpy vs device-resident params: what a decode call pays to copy its params.
 A jitted call moves every numpy argument to the device on every call: on the CPU it
 aliases an array whose data is 64-byte aligned and copies any other. The arrays
 `checkpoints.load_t5x_checkpoint` returns are mostly not aligned (tensorstore reads and
-the float32 cast: 95-109 of the demo target's 126 arrays in three loads here; the JSON
-records this run's count), and the benchmark and the
+the float32 cast: 107 and 109 of the demo target's 126 arrays in two loads here; the
+JSON records this run's count), and the benchmark and the
 decode job passed them so, copying the demo pair's params (float32: 134 MB target,
 12 MB draft) on every decode call until 2026-12-06. This decodes the first N
 Multi30K test_2016 sentences at batch 1, greedily, with the baseline

@@ -63,7 +63,6 @@ def distill_data(target_run: str = gin.REQUIRED,
     ValueError: `temperature` is negative, `batch_size` or `max_decode_len` not a positive int.
     RuntimeError: decoding failed (nothing is written then).
   """
-  import jax  # pylint: disable=g-import-not-at-top
   from specdec_jax import evaluation  # pylint: disable=g-import-not-at-top
   from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
   for label, value in (('batch_size', batch_size), ('max_decode_len', max_decode_len)):
@@ -79,7 +78,6 @@ def distill_data(target_run: str = gin.REQUIRED,
     raise FileNotFoundError(f'distill_data.target_run={target_run!r}: {e} Train the target '
                             'first (python -m specdec_jax.train ...) or pass the shipped '
                             "target, 'specdec_jax/assets/demo_ende/target'.") from e
-  params = jax.device_put(params)  # once: numpy params are copied to the device per call
   model = t5.Transformer(config.replace(dropout_rate=0.0))
   processor = vocabulary.load_processor(vocab_path)
   sources, _ = data_lib.read_parallel(split, data_dir, limit=limit)

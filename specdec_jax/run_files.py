@@ -48,7 +48,9 @@ def load_run(run_dir: str | os.PathLike):
       writes), or a folder with `config.json` and T5X checkpoints (`checkpoint_<step>/`,
       the newest is read), such as the shipped pair's `specdec_jax/assets/demo_ende/target`.
   Returns:
-    `(T5Config, params)`, the params as float32 numpy arrays in T5X's tree.
+    `(T5Config, params)`, the params as float32 `jax.Array`s on the default device, in
+    T5X's tree: put there once, here, since a jitted decoder would copy numpy params to
+    the device on every call (`generate` warns about that).
   Raises:
     FileNotFoundError: `config.json` is missing, or neither `params.msgpack` nor a T5X
       checkpoint is there (the message names the folder and what was expected).
@@ -60,14 +62,14 @@ def load_run(run_dir: str | os.PathLike):
         'params.msgpack) or a model folder with config.json and T5X checkpoint_<step>/ folders.')
   config = config_from_dict(json.loads((run_dir / 'config.json').read_text()))
   if (run_dir / 'params.msgpack').is_file():
-    return config, load_params(run_dir / 'params.msgpack')
+    return config, jax.device_put(load_params(run_dir / 'params.msgpack'))
   if not any(run_dir.glob('checkpoint_*')):
     raise FileNotFoundError(
         f'{run_dir} has config.json but neither params.msgpack (a finished training run) nor '
         'T5X checkpoint_<step>/ folders.')
   from specdec_jax import checkpoints  # pylint: disable=import-outside-toplevel
   params = checkpoints.load_t5x_checkpoint(run_dir, config=config, dtype=np.float32)
-  return config, jax.tree_util.tree_map(np.asarray, params)
+  return config, jax.device_put(params)
 
 
 # ---------------------------------------------------------------------------- checkpoints

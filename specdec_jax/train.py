@@ -205,7 +205,6 @@ def train(run_dir: str = gin.REQUIRED,
     teacher_config, teacher_params = load_run(teacher_dir)
     teacher_config = teacher_config.replace(dropout_rate=0.0)
     teacher = t5.Transformer(teacher_config)
-    teacher_params = jax.device_put(teacher_params)
     if teacher_config.vocab_size != model_config.vocab_size:
       raise ValueError('teacher and student vocab_size differ.')
 
