@@ -44,12 +44,12 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from specdec_jax import atomic  # noqa: E402
-from specdec_jax import data as data_lib  # noqa: E402
-from specdec_jax import evaluation  # noqa: E402
-from specdec_jax import run_files  # noqa: E402
-from specdec_jax import vocabulary  # noqa: E402
-from specdec_jax.vocabulary import EOS_ID  # noqa: E402
+from specdec_jax.util import atomic  # noqa: E402
+from specdec_jax.train import data as data_lib  # noqa: E402
+from specdec_jax.train import evaluation  # noqa: E402
+from specdec_jax.train import run_files  # noqa: E402
+from specdec_jax.text import vocabulary  # noqa: E402
+from specdec_jax.text.vocabulary import EOS_ID  # noqa: E402
 
 PAIR = pathlib.Path(__file__).resolve().parent.parent / 'specdec_jax/assets/demo_ende'
 

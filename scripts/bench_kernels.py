@@ -13,7 +13,7 @@
 3. The same for the v3 demo target's decoder shapes (6 layers of [k, 384] × [384, 384] ×6,
    gated-gelu MLP [384, 1536] ×2 and [1536, 384], then [384, 8192]: 20.8M weights, 83 MB),
    each product as one k-row matmul (`dot`) or as k one-row matmuls (`rows`): whether the
-   matmuls alone explain the verify call's cost v(γ) (BENCHMARKS.md, r9).
+   matmuls alone explain the verify call's cost v(γ) (docs/benchmarks/history.md, r9).
 
 Each figure is the median of 7 timed runs of a compiled `lax.fori_loop` (per-call
 dispatch amortized), compilation excluded. Prints a markdown table.
@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax import sampling
+from specdec_jax.decoding import sampling
 
 VOCAB = 8192
 

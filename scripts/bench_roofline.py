@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from specdec_jax import atomic  # noqa: E402
+from specdec_jax.util import atomic  # noqa: E402
 
 import bench_kernels  # noqa: E402  (scripts/, this script's folder: the shared timer)
 
@@ -125,7 +125,7 @@ def main(argv=None) -> dict:
     layers.append([jnp.asarray(rng.standard_normal(shape) * 0.05, jnp.float32)
                    for shape in ((EMBED, MLP), (EMBED, MLP), (MLP, EMBED))])
   weights = sum(w.size for layer in layers for w in layer)
-  from specdec_jax.bench import runner  # the CPU's model, caches and matmul ISA flags
+  from specdec_jax.benchmark import runner  # the CPU's model, caches and matmul ISA flags
   result = {'weights': weights, 'weight_MB': weights * 4 / 1e6, 'devices': str(jax.devices()),
             'cpu': runner.cpu_info()}
   for n in (1024, 2048):

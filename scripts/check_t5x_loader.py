@@ -29,8 +29,10 @@ import numpy as np
 from flax import traverse_util
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from specdec_jax import atomic, checkpoints, paths  # noqa: E402
-from specdec_jax.run_files import config_from_dict  # noqa: E402
+from specdec_jax import checkpoints  # noqa: E402
+from specdec_jax.util import atomic
+from specdec_jax.util import paths
+from specdec_jax.train.run_files import config_from_dict  # noqa: E402
 
 UNUSED_BY_THE_LOADER = {
     'tensorboard': ('tensorboard.backend', 'tensorboard.backend.event_processing',

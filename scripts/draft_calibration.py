@@ -24,8 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from specdec_jax import atomic, evaluation, run_files, vocabulary  # noqa: E402
-from specdec_jax import data as data_lib  # noqa: E402
+from specdec_jax.util import atomic  # noqa: E402
+from specdec_jax.train import evaluation
+from specdec_jax.train import run_files
+from specdec_jax.text import vocabulary
+from specdec_jax.train import data as data_lib  # noqa: E402
 from specdec_jax.models import t5  # noqa: E402
 
 TAUS = (0.7, 0.8, 0.9, 1.0, 1.1, 1.25)

@@ -23,8 +23,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from specdec_jax import atomic, generate, policies, sampling  # noqa: E402
-from specdec_jax.bench import runner  # noqa: E402
+from specdec_jax.generate import t5 as generate  # noqa: E402
+from specdec_jax.util import atomic
+from specdec_jax.decoding import policies
+from specdec_jax.decoding import sampling
+from specdec_jax.benchmark import runner  # noqa: E402
 
 
 def main(argv=None) -> int:

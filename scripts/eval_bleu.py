@@ -19,11 +19,11 @@ import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from specdec_jax import atomic  # noqa: E402
-from specdec_jax import data as data_lib  # noqa: E402
-from specdec_jax import evaluation  # noqa: E402
-from specdec_jax import train as train_lib  # noqa: E402
-from specdec_jax import vocabulary  # noqa: E402
+from specdec_jax.util import atomic  # noqa: E402
+from specdec_jax.train import data as data_lib  # noqa: E402
+from specdec_jax.train import evaluation  # noqa: E402
+from specdec_jax.train import job as train_lib  # noqa: E402
+from specdec_jax.text import vocabulary  # noqa: E402
 from specdec_jax.models import t5  # noqa: E402
 
 

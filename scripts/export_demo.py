@@ -26,12 +26,13 @@ import sys
 import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from specdec_jax import train as train_lib  # noqa: E402
+from specdec_jax.train import job as train_lib  # noqa: E402
 from specdec_jax.models import t5  # noqa: E402
 
 
 def export_model(run_dir, out_dir, dtype):
-  from specdec_jax import atomic, checkpoints
+  from specdec_jax import checkpoints
+  from specdec_jax.util import atomic
   run_dir, out_dir = pathlib.Path(run_dir), pathlib.Path(out_dir)
   config, params = train_lib.load_run(run_dir)
   t5.check_params(params, config)
@@ -78,7 +79,7 @@ def main(argv=None):
           'vocabulary': {'path': 'vocab/ende8k.model', 'extra_ids': 100,
                          'usage': 'seqio.SentencePieceVocabulary(path, extra_ids=100)'},
           'storage_dtype': args.dtype, 'eos_id': 1, 'pad_id': 0}
-  from specdec_jax import atomic
+  from specdec_jax.util import atomic
   previous = {}
   if (out / 'pair.json').is_file():
     previous = json.loads((out / 'pair.json').read_text())

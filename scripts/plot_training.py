@@ -3,7 +3,7 @@ r"""Training curves of the demo pair for its model card: loss and dev BLEU per s
     python scripts/plot_training.py --target_run=runs/target_ende_v3 --draft_run=runs/draft_ende_v3_qls \
         --output=specdec_jax/assets/demo_ende/training_curves.png
 
-Reads each run's `train_log.jsonl` (written by `specdec_jax.train`): the training loss
+Reads each run's `train_log.jsonl` (written by `specdec_jax.train.job`): the training loss
 (every `log_every_steps`, one batch each, so it is noisy) and the greedy dev BLEU on the
 first 500 Multi30K validation sentences (every `eval_every_steps`); for the draft also
 its greedy agreement with the target along the target's dev outputs (α at T = 0) and
@@ -20,7 +20,7 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from specdec_jax import atomic  # noqa: E402
+from specdec_jax.util import atomic  # noqa: E402
 
 
 def read_log(run_dir):

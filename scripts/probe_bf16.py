@@ -2,7 +2,7 @@ r"""Does bfloat16 lower v(γ+1) on a CPU with bfloat16 matmul units (AVX512-BF16
 
     python scripts/probe_bf16.py [--output=out/probe_bf16.json]   (repo root, alone; ~1 min)
 
-Two measurements (BENCHMARKS.md, probe 5):
+Two measurements (docs/benchmarks/history.md, probe 5):
   1. the v3 target decoder's MLP chain (`bench_roofline._chain`, 6 gated-gelu blocks, weights
      rounded to bfloat16-representable values) at M = 1–5 rows in four forms: float32; float32
      inputs against bfloat16-stored weights (convert in the graph; `preferred_element_type`);
@@ -24,10 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from specdec_jax import atomic, checkpoints  # noqa: E402
-from specdec_jax.bench import costs, runner  # noqa: E402
+from specdec_jax import checkpoints  # noqa: E402
+from specdec_jax.util import atomic
+from specdec_jax.benchmark import costs, runner  # noqa: E402
 from specdec_jax.models import t5  # noqa: E402
-from specdec_jax.run_files import config_from_dict  # noqa: E402
+from specdec_jax.train.run_files import config_from_dict  # noqa: E402
 
 import bench_roofline as br  # noqa: E402  (scripts/, this script's folder)
 

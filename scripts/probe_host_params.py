@@ -31,8 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from specdec_jax import atomic, benchmark, checkpoints, decode, generate  # noqa: E402
-from specdec_jax import inputs as inputs_lib  # noqa: E402
+from specdec_jax import checkpoints, decode, generate  # noqa: E402
+from specdec_jax.util import atomic
+from specdec_jax.benchmark import job as benchmark
+from specdec_jax.text import inputs as inputs_lib  # noqa: E402
 
 
 def main(argv=None) -> dict:

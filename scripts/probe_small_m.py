@@ -3,7 +3,7 @@ r"""Can the 2–5-row products of the verify call be written so that XLA:CPU rea
     python scripts/probe_small_m.py [--output=out/probe_small_m.json] [--repeats=3]
         (repo root, alone; ~30 s)
 
-BENCHMARKS.md, probe 6. The v3 target decoder's MLP chain (`bench_roofline._chain`: 6
+docs/benchmarks/history.md, probe 6. The v3 target decoder's MLP chain (`bench_roofline._chain`: 6
 gated-gelu blocks, 10.6M float32 weights, 42 MB) at M rows per call, with each [M, in] × [in,
 out] product written three ways:
   - `x @ w`: XLA's dot (its GEMV at M = 1, YNNPACK's small-GEMM fusion at M > 1);
@@ -30,8 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from specdec_jax import atomic  # noqa: E402
-from specdec_jax.bench import runner  # noqa: E402
+from specdec_jax.util import atomic  # noqa: E402
+from specdec_jax.benchmark import runner  # noqa: E402
 
 import bench_kernels  # noqa: E402  (scripts/, this script's folder: the shared timer)
 import bench_roofline as br  # noqa: E402

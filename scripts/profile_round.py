@@ -22,7 +22,7 @@ round (speculative) or per loop step (baseline; at batch 1 one token), also in u
 one baseline step. At batch > 1 both are loop iterations (a batch runs until its longest
 row ends; `tokens` then counts iterations, not emitted tokens).
 Writes profile.json and profile.md in the output folder (atomically) and prints the
-markdown. Used for the cost breakdown in BENCHMARKS.md.
+markdown. Used for the cost breakdown in BENCHMARKS.md (runs: docs/benchmarks/history.md).
 """
 from __future__ import annotations
 
@@ -43,8 +43,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax import atomic, benchmark, decode, generate, xla_options
-from specdec_jax import inputs as inputs_lib
+from specdec_jax import decode, generate
+from specdec_jax.util import atomic
+from specdec_jax.benchmark import job as benchmark
+from specdec_jax.generate import xla_options
+from specdec_jax.text import inputs as inputs_lib
 
 LINE = re.compile(r'\s*(?:ROOT )?%?([\w.\-]+) = [^(]*?(?:\w+)\((.*?)\)(.*)$')
 OP_NAME = re.compile(r'op_name="([^"]*)"')
@@ -99,9 +102,9 @@ def profile(fn, params, inputs, speculative: bool, trace_dir: str):
   """Untraced wall time (median of 3 passes), per-phase op time and the stats.
 
   `params` (a tuple of device-array trees) are arguments of the compiled program, as
-  in `generate.py` (closed over, they would be compiled in as constants).
+  in `generate/t5.py` (closed over, they would be compiled in as constants).
   """
-  compiled = xla_options.jit(fn).lower(*params, inputs[0]).compile()  # as generate.py compiles
+  compiled = xla_options.jit(fn).lower(*params, inputs[0]).compile()  # as generate/t5.py compiles
   labels = hlo_op_names(compiled.as_text())
   outs = [jax.block_until_ready(compiled(*params, x)) for x in inputs]
   walls = []

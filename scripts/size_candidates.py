@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax.bench import costs as costs_lib
-from specdec_jax.bench.runner import Models
+from specdec_jax.benchmark import costs as costs_lib
+from specdec_jax.benchmark.runner import Models
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
 
@@ -79,7 +79,7 @@ def decoder_macs(cfg: T5Config, enc_len: int = 16, dec_pos: int = 16) -> int:
 
 
 def train_tokens_per_s(cfg: T5Config, steps: int) -> float:
-  from specdec_jax import train as train_lib  # pylint: disable=g-import-not-at-top
+  from specdec_jax.train import job as train_lib  # pylint: disable=g-import-not-at-top
   cfg = cfg.replace(dropout_rate=0.1)
   model = t5.Transformer(cfg)
   params = t5.init_params(cfg, jax.random.PRNGKey(0))

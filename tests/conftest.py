@@ -12,6 +12,9 @@ import pytest
 collect_ignore = [] if os.environ.get('SPECDEC_SHARDED_TESTS') else ['sharded']
 
 jax.config.update('jax_default_matmul_precision', 'highest')
+# The jobs and the T5X model class turn on JAX's persistent compilation cache; the suite
+# runs without it (hermetic: nothing written to ~/.cache) unless the caller sets it.
+os.environ.setdefault('SPECDEC_COMPILATION_CACHE', 'off')
 
 from specdec_jax.models import t5  # noqa: E402
 from specdec_jax.models.config import T5Config  # noqa: E402

@@ -78,8 +78,9 @@ def test_iid_bound_is_one_when_drafting_is_free_and_verify_flat():
 @pytest.mark.slow
 def test_replay_matches_the_decoder_on_the_shipped_pair():
   import jax.numpy as jnp
-  from specdec_jax import data as data_lib
-  from specdec_jax import generate, vocabulary
+  from specdec_jax.train import data as data_lib
+  from specdec_jax import generate
+  from specdec_jax.text import vocabulary
   pair = bound.PAIR
   if not (pair / 'draft').is_dir():
     pytest.skip('demo pair not shipped')

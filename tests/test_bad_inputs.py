@@ -22,7 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax import flags, generate, inputs, sampling
+from specdec_jax import generate
+from specdec_jax.util import flags
+from specdec_jax.text import inputs
+from specdec_jax.decoding import sampling
 from specdec_jax.models import t5
 
 ENC = np.array([[5, 6, 7, 8, 9, 1], [10, 11, 12, 1, 0, 0], [13, 1, 0, 0, 0, 0]], np.int32)
@@ -221,7 +224,7 @@ def _baseline8(pair):
 
 @pytest.fixture
 def train_lib():
-  from specdec_jax import train as train_module
+  from specdec_jax.train import job as train_module
 
   def no_training(*a, **k):
     raise AssertionError('training started')
@@ -259,8 +262,9 @@ def test_train_cli_bad_setting_is_exit_2(capsys, tmp_path, train_lib):
 
 
 def test_help_shows_each_entry_points_examples_and_parameters(capsys):
-  from specdec_jax import benchmark, decode
-  from specdec_jax import train as train_module
+  from specdec_jax import decode
+  from specdec_jax.benchmark import job as benchmark
+  from specdec_jax.train import job as train_module
   for main, prog, needles in (
       (decode.main, 'specdec_jax.decode', ['decode.gamma (default 4)', 'configs/runs/decode.gin',
                                            'CHECKPOINT_PATH', '3 the default demo pair']),
@@ -280,7 +284,7 @@ def test_help_shows_each_entry_points_examples_and_parameters(capsys):
 # --- 9: Ctrl-C and progress bars ----------------------------------------------------------
 
 def test_ctrl_c_in_train_and_benchmark_is_one_line_and_130(capsys, monkeypatch, train_lib):
-  from specdec_jax import benchmark
+  from specdec_jax.benchmark import job as benchmark
   module, _ = train_lib
 
   def interrupted(*a, **k):
@@ -313,7 +317,7 @@ def test_progress_bars_only_on_a_terminal_or_when_asked(monkeypatch):
 # --- 10: TensorFlow start-up noise ------------------------------------------------------
 
 def test_tensorflow_noise_is_dropped_and_other_stderr_kept(capfd):
-  from specdec_jax import vocabulary
+  from specdec_jax.text import vocabulary
   with vocabulary._drop_tensorflow_startup_lines():  # pylint: disable=protected-access
     os.write(2, b'WARNING: All log messages before absl::InitializeLog() is called are '
                 b'written to STDERR\n')
@@ -327,7 +331,7 @@ def test_tensorflow_noise_is_dropped_and_other_stderr_kept(capfd):
 @pytest.mark.slow  # A fresh interpreter importing JAX and TensorFlow.
 def test_entry_points_start_without_tensorflow_and_seqio_imports_quietly():
   """One fresh interpreter: the entry points import no TensorFlow; seqio's import is silent."""
-  code = ('import sys; import specdec_jax.decode, specdec_jax.train, specdec_jax.benchmark; '
+  code = ('import sys; import specdec_jax.decode, specdec_jax.train.job, specdec_jax.benchmark.job; '
           "print(sorted(m for m in ('tensorflow', 'seqio') if m in sys.modules)); "
           'from specdec_jax import vocabulary; vocabulary.import_seqio(); '
           "print('tensorflow' in sys.modules)")

@@ -16,10 +16,10 @@ import jax
 import numpy as np
 import pytest
 
-from specdec_jax import benchmark as bench
-from specdec_jax.bench import rows as rows_lib
+from specdec_jax.benchmark import job as bench
+from specdec_jax.benchmark import rows as rows_lib
 from specdec_jax import decode as decode_lib
-from specdec_jax import paths
+from specdec_jax.util import paths
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
 
@@ -144,7 +144,7 @@ def test_quick_mode_report(tiny_pair, tmp_path):
 def test_cpu_info_reads_model_caches_and_matmul_flags(tmp_path):
   """The machine record names the CPU, its data/unified caches (instruction caches left out)
   and the matmul ISA flags present, from /proc/cpuinfo and sysfs (here fixture files)."""
-  from specdec_jax.bench import report, runner
+  from specdec_jax.benchmark import report, runner
   cpuinfo = tmp_path / 'cpuinfo'
   cpuinfo.write_text('processor\t: 0\nmodel name\t: Test CPU 9000\n'
                      'flags\t\t: fpu sse2 avx2 fma avx512f amx_bf16 amx_tile\n\n'
@@ -223,3 +223,27 @@ def test_bad_settings_exit_2_before_loading(binding, needle, capsys, monkeypatch
   assert rc == 2
   err = capsys.readouterr().err
   assert needle in err and 'Traceback' not in err
+
+
+def test_startup_cold_then_warm_cache(tiny_pair):
+  """`benchmark/startup.py`: the cold child writes the decoders' programs to a fresh cache
+  folder; the warm child finds every program there (it writes nothing new) and decodes."""
+  from specdec_jax.benchmark import report, startup
+  root, sentences = tiny_pair
+  spec = dict(pair_dir=str(root), target_config=None, draft_config=None,
+              target_checkpoint=None, draft_checkpoint=None, vocab_path=None, extra_ids=100,
+              checkpoint_dtype=None, dataset=str(sentences),
+              prefix=decode_lib.TRANSLATE_PREFIX, max_input_len=16, input_length_buckets=[16],
+              max_decode_len=12, gamma=2, min_compile_time_s=0.0)
+  st = startup.measure(spec)
+  assert not st.get('skipped'), st
+  cold, warm = st['cold'], st['warm']
+  assert cold['cache_dir'] == warm['cache_dir'] and 'specdec_startup_cache_' in cold['cache_dir']
+  assert cold['cache_entries'] >= 2, cold  # at least the baseline's and speculative programs
+  assert warm['cache_entries'] == cold['cache_entries'], (cold, warm)
+  for r in (cold, warm):
+    for method in ('baseline', 'speculative'):
+      assert r[method]['first_call_s'] >= r[method]['compile_s'] >= 0.0
+  text = '\n'.join(report.startup_lines(st))
+  assert '| cold |' in text and '| warm |' in text
+  assert 'Not measured' in '\n'.join(report.startup_lines({'skipped': True, 'note': 'Not measured'}))

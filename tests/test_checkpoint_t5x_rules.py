@@ -192,7 +192,8 @@ def test_shipped_demo_pair_reads_under_t5x_rules(model):
   `scripts/check_t5x_loader.py`; on cc342d4 it read the same arrays and values.)
   """
   import json
-  from specdec_jax import paths, train
+  from specdec_jax.util import paths
+  from specdec_jax.train import job as train
   demo = paths.ASSETS_DIR / 'demo_ende'
   if not (demo / model).is_dir():
     pytest.skip('demo pair not shipped')

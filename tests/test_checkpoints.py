@@ -13,10 +13,10 @@ import pytest
 import tensorstore as ts
 
 from specdec_jax import checkpoints
-from specdec_jax import hf_t5
+from specdec_jax.interop.hf import t5 as hf_t5
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
-from specdec_jax.paths import data_dir
+from specdec_jax.util.paths import data_dir
 
 # T5X testdata `test_t5_tiny.checkpoint_0` (a T5 1.1 model).
 TINY = T5Config(vocab_size=32128, emb_dim=8, num_heads=4, head_dim=3, mlp_dim=16,

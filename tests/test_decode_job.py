@@ -19,8 +19,8 @@ import pytest
 
 from specdec_jax import decode as decode_lib
 from specdec_jax.decode import outputs as decode_outputs
-from specdec_jax import inputs as inputs_lib
-from specdec_jax import paths
+from specdec_jax.text import inputs as inputs_lib
+from specdec_jax.util import paths
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
 
@@ -393,7 +393,7 @@ def test_batches_pad_to_length_buckets():
 
 
 def test_unquoted_string_binding_gets_a_quoting_hint():
-  from specdec_jax import flags
+  from specdec_jax.util import flags
   msg = flags.gin_error_message(ValueError('Unable to parse value.'),
                                 ['decode.gamma = 3', 'decode.input_path = /x/in.txt'])
   assert "binding 'decode.input_path = /x/in.txt'" in msg

@@ -17,7 +17,8 @@ import json
 
 import pytest
 
-from specdec_jax import decode, paths
+from specdec_jax import decode
+from specdec_jax.util import paths
 
 BLEU_FLOOR = 24.0
 ALPHA_FLOOR = 0.75

@@ -16,7 +16,7 @@ import safetensors.numpy
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
 
-from specdec_jax import hf_t5  # noqa: E402
+from specdec_jax.interop.hf import t5 as hf_t5  # noqa: E402
 from specdec_jax.models import t5  # noqa: E402
 from specdec_jax.models.config import T5Config  # noqa: E402
 

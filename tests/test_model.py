@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax import paths
+from specdec_jax.util import paths
 from specdec_jax.models import config as config_lib
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from specdec_jax import decoding, sampling
+from specdec_jax import decoding
+from specdec_jax.decoding import sampling
 
 N, P_MIN, V = 200_000, 1e-3, 300
 

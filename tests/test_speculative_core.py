@@ -7,7 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax import accept, decoding, generate, sampling
+from specdec_jax import decoding
+from specdec_jax.generate import t5 as generate  # the module: its jitted programs are patched here
+from specdec_jax.decoding import accept
+from specdec_jax.decoding import sampling
 from specdec_jax.models import t5
 
 ENC = np.array([[5, 6, 7, 8, 9, 1], [10, 11, 12, 1, 0, 0], [13, 1, 0, 0, 0, 0],
@@ -176,7 +179,7 @@ def test_short_draft_cache_is_rejected(pair):
 def _cache_copies(jitted, pair, policy):
   """Copies of a target self-attention cache leaf in the compiled adaptive program."""
   import re  # pylint: disable=g-import-not-at-top
-  from specdec_jax import policies  # pylint: disable=g-import-not-at-top
+  from specdec_jax.decoding import policies  # pylint: disable=g-import-not-at-top
   gamma, max_len = 3, 16
   tok = jnp.asarray(ENC[:1])
   text = jitted.lower(
@@ -205,7 +208,7 @@ def test_adaptive_round_updates_the_caches_in_place(pair):
   """The `lax.switch` over verify widths must not copy the target's KV caches each round:
   the decoders compile with region-analysis copy insertion on CPU (`xla_options`), and
   the same program under plain `jax.jit` shows the copies this test would catch."""
-  from specdec_jax import xla_options  # pylint: disable=g-import-not-at-top
+  from specdec_jax.generate import xla_options  # pylint: disable=g-import-not-at-top
   if not xla_options._SUPPORTED or jax.default_backend() != 'cpu':  # pylint: disable=protected-access
     pytest.skip('compiler options need jax.jit(compiler_options=) on the CPU backend')
   fn = generate._speculative_generate  # pylint: disable=protected-access

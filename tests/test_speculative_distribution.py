@@ -23,7 +23,11 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from specdec_jax import accept, decoding, generate, policies, sampling, verify
+from specdec_jax import decoding, generate
+from specdec_jax.decoding import accept
+from specdec_jax.decoding import policies
+from specdec_jax.decoding import sampling
+from specdec_jax.decoding import verify
 from specdec_jax.models import t5
 
 from conftest import small_config

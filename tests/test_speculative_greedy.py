@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax import decoding, policies
+from specdec_jax import decoding
+from specdec_jax.decoding import policies
 from specdec_jax.models import t5
 
 MAX_LEN = 40

@@ -14,10 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax import decoding, generate, t5x_decoding
+from specdec_jax import decoding, generate
+from specdec_jax.interop.t5x import decoding as t5x_decoding
 from specdec_jax.models import t5
-from specdec_jax.t5x_features import ours_prompt_to_t5x, t5x_prompt_to_ours
-from specdec_jax.t5x_model import SpeculativeEncoderDecoderModel
+from specdec_jax.interop.t5x.features import ours_prompt_to_t5x, t5x_prompt_to_ours
+from specdec_jax.interop.t5x.model import SpeculativeEncoderDecoderModel
 
 ENC = np.array([[5, 6, 7, 8, 9, 1], [11, 12, 13, 1, 0, 0], [14, 1, 0, 0, 0, 0]], np.int32)
 L = 8

@@ -22,10 +22,10 @@ import pytest
 import sentencepiece as spm
 
 from specdec_jax import generate
-from specdec_jax import gin_utils  # noqa: F401  (registers network.*, models.*, ...)
+from specdec_jax.interop.t5x import gin_registry as gin_utils  # noqa: F401  (registers network.*, models.*, ...)
 from specdec_jax.models import t5
 from specdec_jax.models.config import PRESETS
-from specdec_jax.t5x_model import SpeculativeEncoderDecoderModel
+from specdec_jax.interop.t5x.model import SpeculativeEncoderDecoderModel
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 MAX_LEN = 8
@@ -398,9 +398,9 @@ def test_t5x_optimizer_gin_binds_t5x_adafactor():
 
 
 def test_t5x_restore_gin_binds_the_draft_hook():
-  from specdec_jax import t5x_restore
+  from specdec_jax.interop.t5x import restore as t5x_restore
   imports, bindings, _ = _statements(CONFIGS / 't5x' / 'restore_draft.gin')
-  assert ('t5x.utils', True) in imports and ('specdec_jax.t5x_restore', True) in imports
+  assert ('t5x.utils', True) in imports and ('specdec_jax.interop.t5x.restore', True) in imports
   assert bindings == {
       ('utils.RestoreCheckpointConfig', 'state_transformation_fns'):
           [('@', 't5x_restore.add_draft_params', False)],

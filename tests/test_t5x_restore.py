@@ -15,9 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax import checkpoints, t5x_restore
+from specdec_jax import checkpoints
+from specdec_jax.interop.t5x import restore as t5x_restore
 from specdec_jax.models import t5
-from specdec_jax.t5x_model import SpeculativeEncoderDecoderModel
+from specdec_jax.interop.t5x.model import SpeculativeEncoderDecoderModel
 
 SHAPES = {'encoder_input_tokens': (2, 6), 'decoder_input_tokens': (2, 5)}
 

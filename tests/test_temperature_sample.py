@@ -7,7 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax import decoding, generate, sampling
+from specdec_jax import decoding
+from specdec_jax.generate import t5 as generate  # the module: its jitted programs are patched here
+from specdec_jax.decoding import sampling
 from specdec_jax.models import t5
 
 ENC = np.array([[5, 6, 7, 8, 9, 1], [10, 11, 12, 1, 0, 0], [13, 1, 0, 0, 0, 0]], np.int32)

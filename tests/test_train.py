@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax import data as data_lib
-from specdec_jax import flags
-from specdec_jax import train as train_lib
-from specdec_jax import train_step
-from specdec_jax import vocabulary
+from specdec_jax.train import data as data_lib
+from specdec_jax.util import flags
+from specdec_jax.train import job as train_lib
+from specdec_jax.train import step as train_step
+from specdec_jax.text import vocabulary
 from specdec_jax.models import t5
 from specdec_jax.models.config import T5Config
 
@@ -415,7 +415,7 @@ def test_dataset_subword_regularisation(tmp_path, monkeypatch):
   cache = tmp_path / 'seg.npz'
   first = data_lib.load_dataset(sp, 'toy/train', seed=5, subword_cache=cache, **kw)
   assert cache.exists() and first.targets[0][-1] == 1
-  from specdec_jax import subword
+  from specdec_jax.train import subword
 
   def no_sampling(*a, **k):
     raise AssertionError('sampled again instead of reading the cache')
@@ -437,9 +437,9 @@ def test_dataset_subword_regularisation(tmp_path, monkeypatch):
 def test_distill_data_greedy_and_sampled(tmp_path):
   """Greedy distillation data is the baseline decoder's argmax output; sampled data is
   reproducible per seed and differs from greedy on an untrained (high-entropy) model."""
-  from specdec_jax import distill_data as distill_lib
-  from specdec_jax import evaluation
-  from specdec_jax import run_files
+  from specdec_jax.train import distill_data as distill_lib
+  from specdec_jax.train import evaluation
+  from specdec_jax.train import run_files
   root = _tiny_split(tmp_path)
   cfg = TINY.replace(vocab_size=8192)
   params = t5.init_params(cfg, jax.random.PRNGKey(0))
@@ -475,7 +475,7 @@ def test_distill_data_greedy_and_sampled(tmp_path):
 
 def test_distill_data_cli_errors(tmp_path):
   """Bad settings exit 2 naming the setting; a failure inside the run is not one of them."""
-  from specdec_jax import distill_data as distill_lib
+  from specdec_jax.train import distill_data as distill_lib
   run = ['--gin.distill_data.target_run="runs/none"', f'--gin.distill_data.output_path="{tmp_path}/x"']
   assert distill_lib.main(run + ['--gin.distill_data.batch_size=0']) == 2
   assert distill_lib.main(run + ['--gin.distill_data.temperature=-0.5']) == 2
@@ -496,7 +496,7 @@ def _t5x_model_folder(path, cfg, params, step=7):
 def test_load_run_reads_t5x_model_folders(tmp_path):
   """`load_run` (teacher_dir, init_params_dir, distill_data.target_run) reads a training run
   or a folder of T5X checkpoints such as the shipped pair's, newest step first."""
-  from specdec_jax import run_files
+  from specdec_jax.train import run_files
   params = t5.init_params(TINY, jax.random.PRNGKey(3))
   folder = _t5x_model_folder(tmp_path / 'm', TINY, params)
   cfg, loaded = run_files.load_run(folder)
@@ -515,7 +515,7 @@ def test_load_run_reads_t5x_model_folders(tmp_path):
 def test_train_init_params_dir_starts_from_those_params(tmp_path):
   """Fine-tuning: `train.init_params_dir` replaces the random init (0 steps: the saved params
   are exactly the folder's); another model's folder is a ValueError before any step."""
-  from specdec_jax import run_files
+  from specdec_jax.train import run_files
   start = t5.init_params(TINY.replace(vocab_size=8192), jax.random.PRNGKey(11))
   cfg = TINY.replace(vocab_size=8192)
   folder = _t5x_model_folder(tmp_path / 'init', cfg, start)
@@ -541,7 +541,7 @@ def test_v5_draft_recipe_chains_the_exported_target():
   """The v5 draft recipe reads target v5 as exported (out/pair_v5/target) for both its data and
   its teacher, starts from the shipped v3.2 draft, and trains on the greedy set plus the three
   sampled sets the sampled-data config's header loops over."""
-  from specdec_jax import distill_data  # noqa: F401  (registers distill_data with gin)
+  from specdec_jax.train import distill_data  # noqa: F401  (registers distill_data with gin)
   try:
     for name, temperature in (('distill_data_v5.gin', 0.0), ('distill_data_sampled_v5.gin', 1.0)):
       gin.clear_config()
@@ -573,8 +573,8 @@ def test_v31_recipe_and_the_shipped_pair():
   (shipped until v6, extracted from git into runs/target_v3), and `load_run` reads the
   shipped folders onto the pair's configs."""
   import json
-  from specdec_jax import distill_data  # noqa: F401  (registers distill_data with gin)
-  from specdec_jax import run_files
+  from specdec_jax.train import distill_data  # noqa: F401  (registers distill_data with gin)
+  from specdec_jax.train import run_files
   root = REPO / 'specdec_jax/assets/demo_ende'
   pair = json.loads((root / 'pair.json').read_text())
   try:

@@ -25,7 +25,7 @@ model is loaded or compiled):
    binding is used by the job (one that is not is an error, never silently
    ignored), checks the vocabulary and checkpoint paths exist, validates the
    decoding arguments;
-3. reads and tokenizes the inputs (`specdec_jax.inputs`: text / TSV / JSONL file,
+3. reads and tokenizes the inputs (`specdec_jax.text.inputs`: text / TSV / JSONL file,
    seqio task, or the built-in examples) — a missing file, an empty line, ... is an
    error naming the file (and line);
 4. loads both checkpoints, checking every param's shape against the T5Config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Optional, Sequence
 
-from specdec_jax import flags
+from specdec_jax.util import flags
 from specdec_jax.decode import job
 from specdec_jax.decode import outputs
 from specdec_jax.decode import t5x_gin
@@ -30,7 +30,7 @@ EXAMPLES = (
 
 
 def parse_flags(argv: Sequence[str]) -> tuple[list[str], list[str], list[str], bool]:
-  """(gin files, bindings, search paths, debug) from T5X-style flags (`specdec_jax.flags`)."""
+  """(gin files, bindings, search paths, debug) from T5X-style flags (`specdec_jax.util.flags`)."""
   f = _flags(argv)
   return f.gin_files, f.bindings, f.search_paths, f.debug
 
@@ -43,7 +43,7 @@ def _flags(argv: Sequence[str]) -> flags.GinFlags:
       '(MODEL, CHECKPOINT_PATH, DRAFT_CHECKPOINT, GAMMA, TEMPERATURE; '
       'specdec_jax/configs/t5x/speculative_model.gin).',
       '--gin.decode.gamma=5', examples=EXAMPLES,
-      exit_status='3 the default demo pair is not shipped',
+      exit_status='3 the default demo pair is not shipped', compilation_cache_flags=True,
       parameters=flags.parameters_help(job.decode.__wrapped__, 'decode',
                                        denylist=('prepare_only', 'check_bindings')))
 
@@ -70,16 +70,19 @@ def run(argv: Sequence[str]) -> dict:
 
   Like `main`, a gin binding the job does not use is a ValueError.
   """
-  files, bindings, search_paths, _ = parse_flags(argv)
-  parse_gin(files, bindings, search_paths)
-  return outputs.run_decode(_configure())
+  f = _flags(argv)
+  parse_gin(f.gin_files, f.bindings, f.search_paths)
+  return outputs.run_decode(_configure(f.compilation_cache))
 
 
-def _configure():
+def _configure(compilation_cache: Optional[str] = None):
   """Starts `jax.distributed` when the environment asks (before any JAX backend is
-  used), then validates and loads the job (`job.decode(prepare_only=True)`)."""
+  used), turns JAX's persistent compilation cache on (`compile_cache.enable`), then
+  validates and loads the job (`job.decode(prepare_only=True)`)."""
+  from specdec_jax.generate import compile_cache  # pylint: disable=g-import-not-at-top
   from specdec_jax.sharding import distributed  # pylint: disable=g-import-not-at-top
   distributed.initialize_from_env()
+  compile_cache.enable(compilation_cache)
   return job.decode(prepare_only=True, check_bindings=True)
 
 
@@ -94,7 +97,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   return flags.run_cli(
       f, PROG,
       parse=lambda: parse_gin(f.gin_files, f.bindings, f.search_paths),
-      configure=_configure,
+      configure=lambda: _configure(f.compilation_cache),
       run=outputs.run_decode,
       exit_codes={DemoPairMissing: EXIT_DEMO_PAIR_MISSING},
       interrupted='no output written')

@@ -8,17 +8,18 @@ checkpoints' shapes against the configs.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pathlib
 from typing import Any, Optional
 
 import gin
 
-from specdec_jax import inputs as inputs_lib
-from specdec_jax import vocabulary
+from specdec_jax.text import inputs as inputs_lib
+from specdec_jax.text import vocabulary
+from specdec_jax.decode import outputs
 from specdec_jax.decode import pair as pair_lib
 from specdec_jax.decode import t5x_gin
+from specdec_jax.decode.prepared import Prepared
 
 TRANSLATE_PREFIX = vocabulary.TRANSLATE_PREFIX  # the demo pair's task prefix
 METHODS = ('speculative', 'baseline')
@@ -26,36 +27,12 @@ METHODS = ('speculative', 'baseline')
 
 def register_configurables() -> None:
   """Registers `network.T5Config` (T5X's name) and the dtype constants with gin, once
-  (through `specdec_jax.gin_utils`, the project's one place for T5X-name registrations)."""
-  from specdec_jax import gin_utils  # noqa: F401  pylint: disable=g-import-not-at-top
+  (through `specdec_jax.interop.t5x.gin_registry`, the project's one place for T5X-name registrations)."""
+  from specdec_jax.interop.t5x import gin_registry as gin_utils  # noqa: F401  pylint: disable=g-import-not-at-top
 
 
 # At import, so that gin files parsed by a library user can say @target/network.T5Config().
 register_configurables()
-
-
-@dataclasses.dataclass
-class Prepared:
-  """Everything `run_decode` needs: validated settings, loaded models and tokenized inputs.
-
-  `vocab` decodes the outputs (and gives EOS); `input_vocab` (default `vocab`)
-  tokenized the inputs.
-  """
-  settings: dict
-  pair: pair_lib.PairSpec
-  vocab: Any
-  examples: list
-  target_model: Any = None
-  target_params: Any = None
-  draft_model: Any = None
-  draft_params: Any = None
-  output_path: Optional[pathlib.Path] = None
-  input_vocab: Any = None
-  plan: Any = None  # specdec_jax.sharding.ShardingPlan, or None (one device)
-
-  @property
-  def eos_id(self) -> int:
-    return self.pair.eos_id if self.pair.eos_id is not None else self.vocab.eos_id
 
 
 @gin.configurable(denylist=['prepare_only', 'check_bindings'])
@@ -114,7 +91,7 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
       `seqio.SentencePieceVocabulary(path, extra_ids=extra_ids)`.
     extra_ids: sentinel ids added to the vocabulary (T5: 100).
     checkpoint_dtype: e.g. 'bfloat16' to cast params when loading (None: as stored).
-    input_path, input_format, input_field, target_field: see `specdec_jax.inputs`;
+    input_path, input_format, input_field, target_field: see `specdec_jax.text.inputs`;
       no input_path and no task_name → the built-in example sentences.
     task_name, task_split, max_examples: a registered seqio task (e.g.
       'specdec_ende_multi30k') and split; at most max_examples inputs.
@@ -128,7 +105,7 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
     draft_policy: the draft length per round: None / 'constant' (γ every round),
       'heuristic', 'confidence', 'optimal', or `@specdec_jax.DraftPolicy()` with its
       settings bound (`specdec_jax.DraftPolicy.threshold = 0.4`); see
-      `specdec_jax.policies`.
+      `specdec_jax.decoding.policies`.
     temperature, topk, topp: sampling (0 = greedy; at most one of topk / topp;
       topp = 1 keeps every token).
     batch_size: rows per call (the last batch is padded to it).
@@ -173,12 +150,11 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
                      vocab_path=vocab_path, check_bindings=check_bindings)
   if prepare_only:
     return prepared
-  from specdec_jax.decode import outputs  # pylint: disable=g-import-not-at-top
   return outputs.run_decode(prepared)
 
 
 def _validate_settings(s: dict) -> None:
-  from specdec_jax import sampling  # pylint: disable=g-import-not-at-top
+  from specdec_jax.decoding import sampling  # pylint: disable=g-import-not-at-top
   if s['method'] not in METHODS:
     raise ValueError(f"decode.method must be one of {METHODS}, got {s['method']!r}.")
   for key, low in (('gamma', 1), ('batch_size', 1), ('max_decode_len', 1),
@@ -194,7 +170,7 @@ def _validate_settings(s: dict) -> None:
     sampling.validate_sampling_args(s['temperature'], s['topk'], s['topp'])
   except ValueError as e:
     raise ValueError(f'decode: {e}') from e
-  from specdec_jax import policies  # pylint: disable=g-import-not-at-top
+  from specdec_jax.decoding import policies  # pylint: disable=g-import-not-at-top
   try:
     s['draft_policy'] = policies.as_policy(s.get('draft_policy'))
   except ValueError as e:

@@ -17,11 +17,11 @@ import pathlib
 import sys
 import time
 
-from specdec_jax import atomic
-from specdec_jax import flags
-from specdec_jax import inputs as inputs_lib
-from specdec_jax import jsonio
-from specdec_jax.decode.job import Prepared
+from specdec_jax.util import atomic
+from specdec_jax.util import flags
+from specdec_jax.text import inputs as inputs_lib
+from specdec_jax.util import jsonio
+from specdec_jax.decode.prepared import Prepared
 
 
 def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):

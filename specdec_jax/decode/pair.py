@@ -12,8 +12,8 @@ import json
 import pathlib
 from typing import Any, Optional
 
-from specdec_jax import flags
-from specdec_jax import paths
+from specdec_jax.util import flags
+from specdec_jax.util import paths
 from specdec_jax.models import config as config_lib
 from specdec_jax.models.config import T5Config
 
@@ -151,7 +151,7 @@ def resolve_pair(pair_dir: Optional[str], *, target_config=None, draft_config=No
 
 def load_vocabulary(path: Optional[str], extra_ids: int = 100):
   """`vocabulary.load_vocabulary` with errors naming `decode.vocab_path`."""
-  from specdec_jax import vocabulary  # pylint: disable=g-import-not-at-top
+  from specdec_jax.text import vocabulary  # pylint: disable=g-import-not-at-top
   return vocabulary.load_vocabulary(path, extra_ids, binding='decode.vocab_path')
 
 

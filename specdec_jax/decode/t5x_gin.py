@@ -197,12 +197,12 @@ def read_model_gin(decode_bindings: Optional[dict] = None) -> ModelGin:
         "--gin.DRAFT_CHECKPOINT=\"'/path/to/draft/checkpoint_<step>'\".")
   draft_dtype = pair_lib._dtype(  # pylint: disable=protected-access
       _resolve(params.get('draft_params_dtype')), f'{MODEL_SELECTOR}.draft_params_dtype')
-  from specdec_jax import vocabulary  # pylint: disable=g-import-not-at-top
+  from specdec_jax.text import vocabulary  # pylint: disable=g-import-not-at-top
   vocabulary.import_seqio()  # Before gin builds the vocabulary: TensorFlow's start-up noise.
   try:
     model = gin.get_configurable('MODEL/gin.macro')()
   except (ValueError, TypeError, FileNotFoundError, KeyError) as e:
-    from specdec_jax import flags  # pylint: disable=g-import-not-at-top
+    from specdec_jax.util import flags  # pylint: disable=g-import-not-at-top
     raise ValueError(f'The T5X model gin (MODEL = @{MODEL_SELECTOR}()) cannot be built: '
                      f'{flags.clean_message(e)}') from e
   method = _method(model, bound.get('method'))
@@ -222,7 +222,7 @@ def read_model_gin(decode_bindings: Optional[dict] = None) -> ModelGin:
 
 def _method(model, bound_method) -> str:
   """'speculative' / 'baseline' from MODEL.decode_fn (and a bound decode.method)."""
-  from specdec_jax import t5x_decode_fn  # pylint: disable=g-import-not-at-top
+  from specdec_jax.interop.t5x import decode_fn as t5x_decode_fn  # pylint: disable=g-import-not-at-top
   fn = model.decode_fn
   base = t5x_decode_fn.unwrapped(fn)  # under gin's wrapper / functools.partial layers
   ours = str(getattr(base, '__module__', '')).startswith('specdec_jax.')

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specdec_jax import loop_common
+from specdec_jax.decoding import loop_common
 
 
 def padded_batch(batch: int, data_size: int) -> int:

@@ -43,7 +43,7 @@ def _batch_inputs(plan: ShardingPlan, arrays, temperature):
 
 def generate(jitted, plan: ShardingPlan, model, params, encoder_input_tokens, prompt,
              decode_rng, temperature, static: dict):
-  """`generate._generate` on `plan`'s mesh; host `(decodes, log_probs)` of the real rows."""
+  """`generate.t5._generate` on `plan`'s mesh; host `(decodes, log_probs)` of the real rows."""
   params = shard_params(plan, model.config, params, 'target')
   (tokens, prompt), temperature, batch = _batch_inputs(
       plan, [np.asarray(encoder_input_tokens, np.int32), np.asarray(prompt)], temperature)
@@ -55,7 +55,7 @@ def generate(jitted, plan: ShardingPlan, model, params, encoder_input_tokens, pr
 def speculative_generate(jitted, plan: ShardingPlan, target_model, target_params, draft_model,
                          draft_params, encoder_input_tokens, draft_encoder_input_tokens,
                          prompt, decode_rng, temperature, static: dict):
-  """`generate._speculative_generate` on `plan`'s mesh; host `(decodes, log_probs, stats)`."""
+  """`generate.t5._speculative_generate` on `plan`'s mesh; host `(decodes, log_probs, stats)`."""
   target_params = shard_params(plan, target_model.config, target_params, 'target')
   draft_params = shard_params(plan, draft_model.config, draft_params, 'draft')
   batch = np.shape(encoder_input_tokens)[0]

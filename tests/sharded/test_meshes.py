@@ -152,7 +152,7 @@ def test_t5x_model_partitioned_from_its_params_axes(pair):
   """The T5X model class under T5X's partitioner convention: every param, the draft's
   included, sharded from `params_axes` (`get_initial_variables`), and
   `predict_batch_with_aux` jitted with those in_shardings gives the one-device result."""
-  from specdec_jax.t5x_model import SpeculativeEncoderDecoderModel
+  from specdec_jax.interop.t5x.model import SpeculativeEncoderDecoderModel
 
   class Vocab:
     vocab_size, eos_id = 60, 1
@@ -187,9 +187,9 @@ def test_memory_model_matches_measured_per_device_bytes(models, capsys):
   are what `memory.kv_cache_bytes` predicts."""
   import json
 
-  from specdec_jax import paths
+  from specdec_jax.util import paths
   from specdec_jax.sharding import memory
-  from specdec_jax.run_files import config_from_dict
+  from specdec_jax.train.run_files import config_from_dict
   demo = paths.ASSETS_DIR / 'demo_ende'
   cfg = config_from_dict(json.loads((demo / 'pair.json').read_text())['target_config'])
   plan = sharding.plan_from((1, 8))

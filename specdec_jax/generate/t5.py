@@ -1,0 +1,272 @@
+"""Jitted entry points that run the decoders on our T5 for a batch of encoder inputs.
+
+`t5_generate` is the stock-T5X baseline (encode once, then `temperature_sample`);
+`t5_speculative_generate` encodes with both models and runs `speculative_sample`.
+Each is one `jax.jit` whose compilation is cached per (models, shapes, γ, static
+sampling flags); params, tokens, keys and temperature are traced arguments, so
+changing them does not recompile.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specdec_jax import decoding
+from specdec_jax.decoding import policies
+from specdec_jax.decoding import sampling
+from specdec_jax.generate import xla_options
+from specdec_jax.models import t5
+
+
+def cache_length(max_decode_len: int, gamma: int) -> int:
+  """Decoder positions each cache of a speculative decode holds: max(max_decode_len, γ + 1).
+
+  Every row's cache writes beyond `max_decode_len` are dropped (they are never read),
+  but one verify call consumes γ + 1 tokens, so the cache must hold at least that many
+  positions; with this length any valid (max_decode_len, γ) decodes.
+  """
+  return max(max_decode_len, gamma + 1)
+
+
+def _check_tokens(encoder_input_tokens, max_decode_len):
+  if not isinstance(max_decode_len, int) or max_decode_len < 1:
+    raise ValueError(f'max_decode_len must be an int >= 1, got {max_decode_len!r}.')
+  if jnp.ndim(encoder_input_tokens) != 2:
+    raise ValueError('encoder_input_tokens must be [batch, enc_len] int, got shape '
+                     f'{jnp.shape(encoder_input_tokens)}.')
+
+
+@xla_options.jit(static_argnames=(
+    'model', 'max_decode_len', 'eos_id', 'num_decodes', 'topk', 'topp', 'static_temperature',
+    'max_decode_steps', 'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'sharding_plan',
+    'sampler'))
+def _generate(model, params, encoder_input_tokens, decoder_prompt, decode_rng, temperature,
+              *, topp, max_decode_len, eos_id, num_decodes, topk, static_temperature,
+              max_decode_steps, rescale_log_probs, prompt_free=False, per_row_greedy=True,
+              sharding_plan=None, sampler='gumbel'):
+  cache = t5.encode_and_init_cache(model, params, encoder_input_tokens, max_decode_len)
+  if sharding_plan is not None:
+    cache = sharding_plan.constrain_cache(cache)
+  return decoding.temperature_sample(
+      decoder_prompt, cache,
+      decoding.tokens_to_logits_from_step_fn(t5.make_step_fn(model, params)), eos_id,
+      decode_rng=decode_rng, num_decodes=num_decodes,
+      temperature=static_temperature if static_temperature is not None else temperature,
+      topk=topk, topp=topp, max_decode_steps=max_decode_steps,
+      rescale_log_probs=rescale_log_probs, prompt_free=prompt_free,
+      per_row_greedy=per_row_greedy, sampler=sampler)
+
+
+def _per_row_greedy(temperature) -> bool:
+  """False when the (concrete) temperature is above the greedy threshold for every row."""
+  if isinstance(temperature, jax.core.Tracer):
+    return True
+  return not bool(np.all(np.asarray(temperature, np.float64) > decoding.MIN_TEMPERATURE))
+
+
+def _static_temperature(temperature):
+  """Greedy as a static Python 0.0 (skips sampling code, like T5X's lax.cond branch)."""
+  if isinstance(temperature, (int, float)) and temperature <= decoding.MIN_TEMPERATURE:
+    return 0.0
+  return None
+
+
+def _prompt(encoder_input_tokens, max_decode_len, decoder_prompt):
+  """`decoder_prompt` (or zeros) as int32 `[batch, max_decode_len]`; ValueError otherwise."""
+  batch = jnp.shape(encoder_input_tokens)[0]
+  if decoder_prompt is None:
+    return jnp.zeros((batch, max_decode_len), jnp.int32)
+  if jnp.shape(decoder_prompt) != (batch, max_decode_len):
+    raise ValueError(f'decoder_prompt has shape {jnp.shape(decoder_prompt)} but must be '
+                     f'[batch, max_decode_len] = ({batch}, {max_decode_len}): pad the forced '
+                     'prefix with 0s to max_decode_len, one row per encoder input row.')
+  return jnp.asarray(decoder_prompt, jnp.int32)
+
+
+def _warn_host_params(**trees) -> None:
+  """Warns (RuntimeWarning, once per call site) about params held as numpy arrays.
+
+  A jitted call transfers every numpy argument to the device on every call: to an
+  accelerator always; on the CPU it aliases 64-byte-aligned data and copies the rest,
+  and checkpoint readers' arrays are mostly unaligned. For the demo pair (146 MB of
+  float32 params) that cost 4-15 ms per call on a 2-core CPU, up to a quarter of a
+  sentence's speculative decode (`scripts/probe_host_params.py`). With a
+  `sharding_plan` numpy params are placed on the mesh on every call as well. Put them
+  on the device once instead (`jax.device_put`, or restore them into the plan's
+  shardings: `checkpoints.load_t5x_checkpoint(..., shardings=plan.param_shardings(cfg))`).
+  """
+  for name, tree in trees.items():
+    if any(isinstance(x, np.ndarray) for x in jax.tree_util.tree_leaves(tree)):
+      warnings.warn(f'{name} holds numpy arrays, which are transferred to the device on '
+                    f'every call (milliseconds per call for a large model); put them there '
+                    f'once: {name} = jax.device_put({name}) (with a sharding_plan: load them '
+                    f'with shardings=plan.param_shardings(config)).', RuntimeWarning,
+                    stacklevel=3)
+
+
+def _check_topk(topk, model) -> int:
+  """topk as a Python int in [0, vocab_size]; ValueError naming it otherwise."""
+  topk = sampling.check_int('topk (0 = off)', topk, 0)
+  if topk > model.config.vocab_size:
+    raise ValueError(f'topk={topk} exceeds the vocabulary size {model.config.vocab_size}; '
+                     'use a smaller topk (0 = off).')
+  return topk
+
+
+def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_len: int,
+                *, eos_id: int = 1, temperature=0.0, topk: int = 0, topp: float = 0.0,
+                num_decodes: int = 1, decode_rng=None, decoder_prompt=None,
+                max_decode_steps: Optional[int] = None, rescale_log_probs: bool = True,
+                sharding_plan=None, sampler: str = 'gumbel'):
+  """Baseline decoding: encoder once, then one target call per token (T5X's loop).
+
+  Args:
+    model, params: the T5 `Transformer` and its params, as device arrays
+      (`jax.device_put` them once: numpy leaves are transferred to the device on
+      every call, and a RuntimeWarning says so).
+    encoder_input_tokens: int32 `[batch, enc_len]` (0 = padding).
+    max_decode_len: decoded length (static).
+    decoder_prompt: optional int32 `[batch, max_decode_len]` forced prefix tokens.
+    sharding_plan: optional `specdec_jax.sharding.ShardingPlan`: decode on its mesh
+      (params placed from their logical axes, the batch padded to the data axis and
+      split over it, caches pinned to `('batch', 'heads', …)`); the outputs are then
+      host numpy arrays of the real rows, gathered from all processes
+      (`specdec_jax.sharding.decode`).
+    Other arguments as `decoding.temperature_sample` (note topk defaults to 0 here).
+  Returns:
+    `(decodes [batch, num_decodes, max_decode_len], log_probs [batch, num_decodes])`.
+  """
+  _check_tokens(encoder_input_tokens, max_decode_len)
+  topk = _check_topk(topk, model)
+  decoding._check_common(_prompt(encoder_input_tokens, max_decode_len, decoder_prompt),
+                         eos_id, num_decodes, temperature, topk, topp, max_decode_steps)
+  sampling.check_sampler(sampler)
+  if decode_rng is None:
+    decode_rng = jax.random.PRNGKey(0)
+  static = dict(topp=float(topp), max_decode_len=max_decode_len, eos_id=eos_id, sampler=sampler,
+                num_decodes=num_decodes, topk=topk,
+                static_temperature=_static_temperature(temperature),
+                max_decode_steps=max_decode_steps, rescale_log_probs=rescale_log_probs,
+                prompt_free=decoder_prompt is None, per_row_greedy=_per_row_greedy(temperature))
+  prompt = _prompt(encoder_input_tokens, max_decode_len, decoder_prompt)
+  _warn_host_params(params=params)
+  if sharding_plan is not None:
+    from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top
+    return sharded.generate(_generate, sharding_plan, model, params, encoder_input_tokens,
+                            prompt, decode_rng, temperature, static)
+  return _generate(model, params, jnp.asarray(encoder_input_tokens, jnp.int32), prompt,
+                   decode_rng, jnp.asarray(temperature, jnp.float32), **static)
+
+
+@xla_options.jit(static_argnames=(
+    'target_model', 'draft_model', 'max_decode_len', 'gamma', 'eos_id', 'num_decodes',
+    'topk', 'topp', 'static_temperature', 'max_decode_steps', 'real_vocab_size',
+    'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'draft_policy', 'sharding_plan'))
+def _speculative_generate(target_model, target_params, draft_model, draft_params,
+                          encoder_input_tokens, draft_encoder_input_tokens, decoder_prompt,
+                          decode_rng, temperature, *, topp, max_decode_len, gamma, eos_id,
+                          num_decodes, topk, static_temperature, max_decode_steps,
+                          real_vocab_size, rescale_log_probs, prompt_free=False,
+                          per_row_greedy=True, draft_policy=None, sharding_plan=None):
+  length = cache_length(max_decode_len, gamma)
+  target_cache = t5.encode_and_init_cache(target_model, target_params,
+                                          encoder_input_tokens, length)
+  draft_cache = t5.encode_and_init_cache(draft_model, draft_params,
+                                         draft_encoder_input_tokens, length)
+  if sharding_plan is not None:
+    target_cache = sharding_plan.constrain_cache(target_cache, 'target')
+    draft_cache = sharding_plan.constrain_cache(draft_cache, 'draft')
+  return decoding.speculative_sample(
+      decoder_prompt, target_cache, t5.make_step_fn(target_model, target_params),
+      draft_cache, t5.make_step_fn(draft_model, draft_params), eos_id, gamma,
+      vocab_size=target_model.config.vocab_size, decode_rng=decode_rng,
+      num_decodes=num_decodes,
+      temperature=static_temperature if static_temperature is not None else temperature,
+      topk=topk, topp=topp, max_decode_steps=max_decode_steps,
+      real_vocab_size=real_vocab_size, rescale_log_probs=rescale_log_probs,
+      prompt_free=prompt_free, per_row_greedy=per_row_greedy, draft_policy=draft_policy)
+
+
+def t5_speculative_generate(target_model: t5.Transformer, target_params,
+                            draft_model: t5.Transformer, draft_params, encoder_input_tokens,
+                            max_decode_len: int, gamma: int, *, eos_id: int = 1,
+                            temperature=0.0, topk: int = 0, topp: float = 0.0,
+                            num_decodes: int = 1, decode_rng=None, decoder_prompt=None,
+                            max_decode_steps: Optional[int] = None,
+                            real_vocab_size: Optional[int] = None,
+                            draft_encoder_input_tokens=None,
+                            rescale_log_probs: bool = True, draft_policy=None,
+                            sharding_plan=None):
+  """Speculative decoding of a T5 target with a T5 draft (paper Algorithm 1).
+
+  Args:
+    target_model, target_params, draft_model, draft_params: the two T5s; they must
+      share token ids (their embeddings may be padded to different sizes). Params as
+      device arrays, as in `t5_generate` (numpy ones move every call: warned).
+    encoder_input_tokens: int32 `[batch, enc_len]` for the target (and the draft,
+      unless `draft_encoder_input_tokens` is given).
+    max_decode_len: decoded length (static); both caches get
+      `cache_length(max_decode_len, gamma)` positions.
+    gamma: γ, draft tokens per round (static); with an adaptive `draft_policy`, the
+      most tokens a row drafts in a round (γ_max).
+    draft_policy: `policies.DraftPolicy`, a policy name or None (constant γ); see
+      `speculative.speculative_sample`.
+    sharding_plan: optional `specdec_jax.sharding.ShardingPlan`, as in `t5_generate`;
+      the draft is replicated or sharded like the target (`ShardingPlan.draft`). Every
+      row keeps the key it has on one device, so outputs do not depend on the mesh.
+    Other arguments as `decoding.speculative_sample`.
+  Returns:
+    `(decodes [batch, num_decodes, max_decode_len], log_probs [batch, num_decodes],
+    decoding.SpeculativeStats)`.
+  Raises:
+    ValueError: as `speculative_sample`, before compiling.
+  """
+  _check_tokens(encoder_input_tokens, max_decode_len)
+  topk = _check_topk(topk, target_model)
+  prompt = _prompt(encoder_input_tokens, max_decode_len, decoder_prompt)
+  decoding._check_common(prompt, eos_id, num_decodes, temperature, topk, topp,
+                         max_decode_steps)
+  gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
+  draft_tokens = (encoder_input_tokens if draft_encoder_input_tokens is None
+                  else draft_encoder_input_tokens)
+  if jnp.ndim(draft_tokens) != 2 or jnp.shape(draft_tokens)[0] != jnp.shape(
+      encoder_input_tokens)[0]:
+    raise ValueError(f'draft_encoder_input_tokens has shape {jnp.shape(draft_tokens)}; it must '
+                     f'be [batch, enc_len] with the same batch ({jnp.shape(encoder_input_tokens)[0]}) '
+                     'as encoder_input_tokens.')
+  if real_vocab_size is not None:
+    for name, m in (('target_model', target_model), ('draft_model', draft_model)):
+      if m.config.vocab_size < real_vocab_size:
+        raise ValueError(
+            f'{name} has vocab_size {m.config.vocab_size} < real_vocab_size '
+            f'{real_vocab_size}: the two models do not share the same token ids; use a '
+            'draft trained with the target\'s vocabulary.')
+  if decode_rng is None:
+    decode_rng = jax.random.PRNGKey(0)
+  if draft_encoder_input_tokens is None:
+    draft_encoder_input_tokens = encoder_input_tokens
+  static = dict(topp=float(topp), max_decode_len=max_decode_len, gamma=gamma, eos_id=eos_id,
+                num_decodes=num_decodes, topk=topk,
+                static_temperature=_static_temperature(temperature),
+                max_decode_steps=max_decode_steps, real_vocab_size=real_vocab_size,
+                rescale_log_probs=rescale_log_probs, prompt_free=decoder_prompt is None,
+                per_row_greedy=_per_row_greedy(temperature),
+                draft_policy=policies.as_policy(draft_policy))
+  _warn_host_params(target_params=target_params, draft_params=draft_params)
+  if sharding_plan is not None:
+    from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top
+    return sharded.speculative_generate(
+        _speculative_generate, sharding_plan, target_model, target_params, draft_model,
+        draft_params, encoder_input_tokens, draft_encoder_input_tokens, prompt, decode_rng,
+        temperature, static)
+  return _speculative_generate(
+      target_model, target_params, draft_model, draft_params,
+      jnp.asarray(encoder_input_tokens, jnp.int32),
+      jnp.asarray(draft_encoder_input_tokens, jnp.int32), prompt, decode_rng,
+      jnp.asarray(temperature, jnp.float32), **static)

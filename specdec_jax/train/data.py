@@ -1,0 +1,205 @@
+"""English→German parallel text into T5X-style, length-bucketed training batches.
+
+Each example becomes the T5X feature dict
+
+  encoder_input_tokens   [L]  tokens of "translate English to German: <en>" + EOS (1)
+  decoder_target_tokens  [L]  tokens of "<de>" + EOS (1)
+  decoder_input_tokens   [L]  decoder_target_tokens shifted right, starting with 0
+  decoder_loss_weights   [L]  1.0 on real target tokens (EOS included), 0.0 on padding
+
+padded with 0 to the length L of its bucket: the smallest bucket (default 32 or
+48) that holds both sides. Examples longer than the largest bucket are
+truncated to it (keeping the final EOS), as seqio's trim-and-pad does; on
+Multi30K train that touches 24 of 29,000 pairs. Batches hold examples of one
+bucket only, so the training step compiles once per bucket. Every epoch is
+reshuffled with `seed + epoch`; a bucket's last, partial batch is filled with
+all-zero rows (zero loss weight) so shapes stay fixed and no example is dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from specdec_jax.train import subword
+from specdec_jax.text.vocabulary import EOS_ID, TRANSLATE_PREFIX, read_lines
+
+FEATURES = ('encoder_input_tokens', 'decoder_input_tokens', 'decoder_target_tokens',
+            'decoder_loss_weights')
+
+
+def _find(root: pathlib.Path, stem: str) -> pathlib.Path:
+  for suffix in ('.gz', ''):
+    path = root / f'{stem}{suffix}'
+    if path.exists():
+      return path
+  raise FileNotFoundError(f'Neither {stem}.gz nor {stem} exists under {root}.')
+
+
+def read_parallel(split: str, data_dir: str | os.PathLike | None = None,
+                  src: str = 'en', tgt: str = 'de', limit: int | None = None
+                  ) -> tuple[list[str], list[str]]:
+  """Line-aligned (source, target) sentences of a shared-data split such as 'ende/multi30k/train'."""
+  from specdec_jax.util import paths
+  root = pathlib.Path(data_dir) if data_dir else paths.data_dir()
+  sources = read_lines(_find(root, f'{split}.{src}'))
+  targets = read_lines(_find(root, f'{split}.{tgt}'))
+  if len(sources) != len(targets):
+    raise ValueError(f'{split}: {len(sources)} {src} lines but {len(targets)} {tgt} lines.')
+  if limit is not None:
+    sources, targets = sources[:limit], targets[:limit]
+  return sources, targets
+
+
+def encode_inputs(processor, sentences: Sequence[str], prefix: str = TRANSLATE_PREFIX
+                  ) -> list[list[int]]:
+  """Token ids of `prefix + sentence`, EOS appended (no padding)."""
+  return [ids + [EOS_ID] for ids in processor.encode([prefix + s for s in sentences])]
+
+
+def encode_targets(processor, sentences: Sequence[str]) -> list[list[int]]:
+  return [ids + [EOS_ID] for ids in processor.encode(list(sentences))]
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], length: int) -> np.ndarray:
+  """int32 [len(seqs), length], truncated (last token kept as EOS) or padded with 0."""
+  out = np.zeros((len(seqs), length), np.int32)
+  for i, s in enumerate(seqs):
+    s = list(s)
+    if len(s) > length:
+      s = s[:length - 1] + [EOS_ID]
+    out[i, :len(s)] = s
+  return out
+
+
+def make_features(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
+                  length: int) -> dict[str, np.ndarray]:
+  """T5X feature dict for one batch, every feature `[batch, length]`."""
+  enc = pad_batch(inputs, length)
+  tgt = pad_batch(targets, length)
+  dec_in = np.zeros_like(tgt)
+  dec_in[:, 1:] = tgt[:, :-1]
+  return {
+      'encoder_input_tokens': enc,
+      'decoder_input_tokens': dec_in,
+      'decoder_target_tokens': tgt,
+      'decoder_loss_weights': (tgt > 0).astype(np.float32),
+  }
+
+
+@dataclasses.dataclass
+class BucketedDataset:
+  """Tokenized parallel data, grouped into fixed length buckets.
+
+  Iterate with `batches(epoch)`; `steps_per_epoch` batches per epoch.
+  """
+  inputs: list[list[int]]
+  targets: list[list[int]]
+  batch_size: int
+  buckets: tuple[int, ...] = (32, 48)
+  seed: int = 0
+
+  def __post_init__(self):
+    self.buckets = tuple(sorted(self.buckets))
+    self._bucket_of = np.array([
+        next((b for b in self.buckets if max(len(i), len(t)) <= b), self.buckets[-1])
+        for i, t in zip(self.inputs, self.targets)], np.int32)
+
+  @property
+  def steps_per_epoch(self) -> int:
+    return sum(-(-int((self._bucket_of == b).sum()) // self.batch_size) for b in self.buckets)
+
+  def batch_plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
+    """The epoch's batches as (bucket length, example indices), in a seeded random order."""
+    rng = np.random.default_rng([self.seed, epoch])
+    plan = []
+    for b in self.buckets:
+      idx = np.flatnonzero(self._bucket_of == b)
+      idx = idx[rng.permutation(len(idx))]
+      plan.extend((b, idx[s:s + self.batch_size]) for s in range(0, len(idx), self.batch_size))
+    order = rng.permutation(len(plan))
+    return [plan[i] for i in order]
+
+  def batches(self, epoch: int, start: int = 0) -> Iterator[dict[str, np.ndarray]]:
+    """Feature dicts of `epoch`, from its `start`-th batch; every batch has `batch_size` rows."""
+    for length, idx in self.batch_plan(epoch)[start:]:
+      feats = make_features([self.inputs[i] for i in idx], [self.targets[i] for i in idx], length)
+      missing = self.batch_size - len(idx)
+      if missing:
+        feats = {k: np.concatenate([v, np.zeros((missing, length), v.dtype)])
+                 for k, v in feats.items()}
+      yield feats
+
+
+def read_target_ids(path: str | os.PathLike) -> list[list[int]]:
+  """Token-id lines (space-separated ints, EOS excluded) as written by `specdec_jax.train.distill_data`."""
+  lines = pathlib.Path(path).read_text(encoding='utf-8').splitlines()
+  out = []
+  for n, line in enumerate(lines, 1):
+    try:
+      out.append([int(t) for t in line.split()])
+    except ValueError as e:
+      raise ValueError(f'{path}:{n}: not a line of space-separated token ids ({e}).') from None
+  return out
+
+
+def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int = 128,
+                 buckets: Sequence[int] = (32, 48), seed: int = 0,
+                 data_dir: str | os.PathLike | None = None, limit: int | None = None,
+                 targets_path: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+                 subword_samples: int = 0, subword_alpha: float = 0.3,
+                 subword_cache: str | os.PathLike | None = None) -> BucketedDataset:
+  """Reads, tokenizes and buckets a shared-data EN→DE split.
+
+  With `targets_path` (a file of token-id lines aligned with the split's sources, e.g.
+  a target model's greedy outputs for sequence-level distillation) those ids replace
+  the gold German side (EOS appended here). A sequence of such files (e.g. the
+  target's greedy and its sampled outputs) gives one example per source and file:
+  the sources are repeated once per file, and an epoch covers all of them.
+
+  With `subword_samples = K > 0` (gold targets only) each pair appears K times, each time
+  with both sides segmented by a sample from the SentencePiece model
+  (`subword.sample_segmentations`, `subword_alpha`, seeded by `seed`) instead of its single
+  best segmentation: subword regularisation, so an epoch holds K × the pairs. SentencePiece's
+  sampling is not reproducible across processes, so with `subword_cache` (a `.npz` path;
+  `train` uses `<run_dir>/subword_segmentations.npz`) the samples are written there once and
+  reread by every later call, which keeps a resumed run on the same data.
+
+  Raises:
+    ValueError: a `targets_path` file has a different number of lines than the split,
+      or the sequence is empty; `subword_samples` < 0, `subword_alpha` <= 0, or
+      `subword_samples` with `targets_path` (token ids cannot be re-segmented); a
+      `subword_cache` written with other settings or for another split.
+  """
+  subword.check_args(subword_samples, subword_alpha, targets_path)
+  src, tgt = read_parallel(split, data_dir, limit=limit)
+  if subword_samples:
+    inputs, targets = subword.segmented_pairs(
+        processor, [TRANSLATE_PREFIX + x for x in src], tgt, subword_samples, subword_alpha,
+        seed, subword_cache)
+    return BucketedDataset([x + [EOS_ID] for x in inputs], [x + [EOS_ID] for x in targets],
+                           batch_size, tuple(buckets), seed)
+  if targets_path is None:
+    return BucketedDataset(encode_inputs(processor, src), encode_targets(processor, tgt),
+                           batch_size, tuple(buckets), seed)
+  paths = ([targets_path] if isinstance(targets_path, (str, os.PathLike))
+           else list(targets_path))
+  if not paths:
+    raise ValueError('targets_path is an empty sequence: give one token-id file or more, '
+                     'or None for the gold targets.')
+  inputs, targets = [], []
+  encoded = encode_inputs(processor, src)
+  for path in paths:
+    ids = read_target_ids(path)
+    if limit is not None:
+      ids = ids[:limit]
+    if len(ids) != len(src):
+      raise ValueError(f'targets_path {path} has {len(ids)} lines but {split} has '
+                       f'{len(src)} sources; regenerate it for this split.')
+    inputs += encoded
+    targets += [x + [EOS_ID] for x in ids]
+  return BucketedDataset(inputs, targets, batch_size, tuple(buckets), seed)

@@ -1,0 +1,227 @@
+"""The package's layering (docs/architecture.md), checked on the source's imports.
+
+Every `import` / `from ... import` in every module of `specdec_jax` (function-level
+imports included: a lazy import is still a dependency) gives an edge between modules.
+The test fails on an import cycle and on an import that goes against the layers: the
+decoding core imports only itself (no model family, job, gin, T5X or interop module),
+a model family only `models`, and so on up to the jobs. A planted violation must make
+each check fail (`test_checks_catch_planted_violations`).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+PKG = pathlib.Path(__file__).resolve().parent.parent / 'specdec_jax'
+
+# Layer of each top-level part of the package -> the parts it may import.
+# Parts not listed may not be imported by anyone below the jobs.
+JOBS = ('decode', 'benchmark', 'train', 'distill_data')
+ALLOWED = {
+    'decoding': {'decoding'},
+    'models': {'models'},
+    'util': {'util'},
+    'checkpoints': {'checkpoints', 'models', 'util'},
+    'sharding': {'sharding', 'decoding', 'models'},
+    'generate': {'generate', 'decoding', 'models', 'sharding'},
+    'text': {'text', 'util'},
+    'interop': {'interop', 'decoding', 'models', 'generate', 'sharding', 'checkpoints', 'text',
+                'util'},
+    'configs': set(),
+    '__init__': set(),  # specdec_jax/__init__.py imports nothing of its own
+}
+for _job in JOBS:
+  ALLOWED[_job] = set(ALLOWED) | set(JOBS) | {'__init__'}
+# Third-party modules a layer must not import (the core is JAX, with flax.struct for its
+# loop states as in T5X's decoding.py).
+FORBIDDEN_EXTERNAL = {
+    'decoding': {'gin', 't5x', 'seqio', 'tensorflow', 'transformers', 'torch', 'optax'},
+    'models': {'gin', 't5x', 'seqio', 'tensorflow', 'transformers', 'torch'},
+    'generate': {'gin', 't5x', 'seqio'},
+    'sharding': {'gin', 't5x', 'seqio'},
+}
+
+
+def module_name(path: pathlib.Path, root: pathlib.Path) -> str:
+  rel = path.relative_to(root.parent).with_suffix('')
+  parts = list(rel.parts)
+  if parts[-1] == '__init__':
+    parts.pop()
+  return '.'.join(parts)
+
+
+def is_module(name: str, root: pathlib.Path) -> bool:
+  rel = pathlib.Path(*name.split('.')[1:])
+  base = root / rel
+  return base.with_suffix('.py').exists() or (base / '__init__.py').exists()
+
+
+def imports_of(path: pathlib.Path, root: pathlib.Path):
+  """(internal module names, top-level external names) imported anywhere in `path`."""
+  tree = ast.parse(path.read_text(), filename=str(path))
+  pkg = root.name
+  internal, external = set(), set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      for a in node.names:
+        (internal if a.name.split('.')[0] == pkg else external).add(
+            a.name if a.name.split('.')[0] == pkg else a.name.split('.')[0])
+    elif isinstance(node, ast.ImportFrom):
+      if node.level:  # relative: resolve against this module's package
+        base = module_name(path, root).split('.')
+        if path.name != '__init__.py':
+          base.pop()
+        base = base[:len(base) - node.level + 1]
+        mod = '.'.join(base + ([node.module] if node.module else []))
+      else:
+        mod = node.module or ''
+      if mod.split('.')[0] != pkg:
+        external.add(mod.split('.')[0])
+        continue
+      for a in node.names:
+        sub = f'{mod}.{a.name}'
+        internal.add(sub if is_module(sub, root) else mod)
+  return internal, external
+
+
+def graph(root: pathlib.Path):
+  edges, externals = {}, {}
+  for path in sorted(root.rglob('*.py')):
+    name = module_name(path, root)
+    edges[name], externals[name] = imports_of(path, root)
+  return edges, externals
+
+
+def part(name: str) -> str:
+  parts = name.split('.')
+  return parts[1] if len(parts) > 1 else '__init__'
+
+
+def cycles(edges) -> list[list[str]]:
+  """Strongly connected components with more than one module, or a self-import (Tarjan)."""
+  index, low, stack, on, out = {}, {}, [], set(), []
+  counter = [0]
+
+  def visit(v):
+    index[v] = low[v] = counter[0]
+    counter[0] += 1
+    stack.append(v)
+    on.add(v)
+    for w in edges.get(v, ()):
+      if w not in edges:
+        continue
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      comp = []
+      while True:
+        w = stack.pop()
+        on.discard(w)
+        comp.append(w)
+        if w == v:
+          break
+      if len(comp) > 1 or v in edges.get(v, ()):
+        out.append(sorted(comp))
+
+  sys.setrecursionlimit(10000)
+  for v in sorted(edges):
+    if v not in index:
+      visit(v)
+  return out
+
+
+def layer_violations(edges, externals) -> list[str]:
+  bad = []
+  for mod, deps in sorted(edges.items()):
+    p = part(mod)
+    allowed = ALLOWED.get(p)
+    if allowed is None:
+      bad.append(f'{mod}: its part {p!r} has no layer in ALLOWED (add it to the architecture)')
+      continue
+    for dep in sorted(deps):
+      q = part(dep)
+      if q != p and q not in allowed:
+        bad.append(f'{mod} imports {dep} ({p} may import only {sorted(allowed)})')
+    for ext in sorted(externals[mod] & FORBIDDEN_EXTERNAL.get(p, set())):
+      bad.append(f'{mod} imports {ext} (forbidden in {p})')
+  return bad
+
+
+def test_no_import_cycle():
+  edges, _ = graph(PKG)
+  assert cycles(edges) == []
+
+
+def test_layers_respected():
+  edges, externals = graph(PKG)
+  assert layer_violations(edges, externals) == []
+
+
+def test_checks_catch_planted_violations(tmp_path):
+  """A copy of the package with a planted cycle and a core → job import fails both checks."""
+  import shutil
+  root = tmp_path / 'specdec_jax'
+  shutil.copytree(PKG, root, ignore=shutil.ignore_patterns('assets', '__pycache__'))
+  with open(root / 'decoding' / 'accept.py', 'a') as f:
+    f.write('\ndef _planted():\n  from specdec_jax.decode import job  # noqa\n')
+  with open(root / 'decode' / 'pair.py', 'a') as f:
+    f.write('\ndef _planted():\n  from specdec_jax.decode import cli  # noqa\n')
+  with open(root / 'models' / 't5.py', 'a') as f:
+    f.write('\nimport gin  # noqa\n')
+  edges, externals = graph(root)
+  found = cycles(edges)
+  assert any('specdec_jax.decode.pair' in c and 'specdec_jax.decode.cli' in c for c in found)
+  bad = layer_violations(edges, externals)
+  assert any(b.startswith('specdec_jax.decoding.accept imports specdec_jax.decode.job')
+             for b in bad)
+  assert 'specdec_jax.models.t5 imports gin (forbidden in models)' in bad
+
+
+# The documented entry points (README, docs/architecture.md), each importable in a fresh
+# interpreter (so an import that only works after another module was imported fails).
+ENTRY_POINTS = [
+    'from specdec_jax.decoding import temperature_sample, speculative_sample, '
+    'SpeculativeStats, DraftPolicy',
+    'from specdec_jax import decoding; decoding.speculative_sample; decoding.temperature_sample',
+    'from specdec_jax import generate; generate.t5_generate; generate.t5_speculative_generate; '
+    'generate.cache_length',
+    'from specdec_jax.models import t5, config, cache, layers',
+    'from specdec_jax.checkpoints import load_t5x_checkpoint, save_t5x_checkpoint, '
+    'save_orbax_checkpoint, read_t5x_arrays',
+    'from specdec_jax.interop.t5x import decoding as t5x_decoding; '
+    't5x_decoding.speculative_sample; t5x_decoding.temperature_sample',
+    'from specdec_jax.interop.t5x.model import SpeculativeEncoderDecoderModel',
+    'from specdec_jax.interop.t5x import restore; restore.add_draft_params',
+    'import specdec_jax.interop.t5x.gin_registry',
+    'from specdec_jax.interop.hf.t5 import import_hf_t5, load_hf_t5, export_hf_t5',
+    'from specdec_jax.sharding import ShardingPlan, make_mesh',
+    'from specdec_jax.generate import compile_cache; compile_cache.enable',
+    'from specdec_jax.decode import main, run, decode',
+    'from specdec_jax.benchmark import job; job.main; job.benchmark',
+    'from specdec_jax.train import job; job.main; job.train',
+    'import specdec_jax.distill_data',
+]
+
+
+@pytest.mark.parametrize('code', ENTRY_POINTS)
+def test_documented_entry_points_import(code):
+  r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_every_module_imports():
+  """Every module of the package imports (t5x absent or present)."""
+  for path in sorted(PKG.rglob('*.py')):
+    name = module_name(path, PKG)
+    if name.endswith('__main__'):
+      continue
+    importlib.import_module(name)
