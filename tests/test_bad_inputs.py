@@ -333,7 +333,7 @@ def test_entry_points_start_without_tensorflow_and_seqio_imports_quietly():
   """One fresh interpreter: the entry points import no TensorFlow; seqio's import is silent."""
   code = ('import sys; import specdec_jax.decode, specdec_jax.train.job, specdec_jax.benchmark.job; '
           "print(sorted(m for m in ('tensorflow', 'seqio') if m in sys.modules)); "
-          'from specdec_jax import vocabulary; vocabulary.import_seqio(); '
+          'from specdec_jax.text import vocabulary; vocabulary.import_seqio(); '
           "print('tensorflow' in sys.modules)")
   proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                         timeout=600, check=False)

@@ -212,6 +212,9 @@ def test_speedup_compares_throughput_when_lengths_differ():
     ('--gin.benchmark.temperatures=(-1.0,)', 'benchmark.temperatures'),
     ('--gin.benchmark.input_length_buckets=32', 'benchmark.input_length_buckets'),
     ("--gin.benchmark.baseline_sampler='multinomial'", 'benchmark.baseline_sampler'),
+    ('''--gin.benchmark.verifications="('block',)"''', 'benchmark.verifications'),
+    ('''--gin.benchmark.verifications="('token', 'blocks')"''', 'benchmark.verifications'),
+    ('--gin.benchmark.topp=1.5', 'benchmark.topk / topp'),
 ])
 def test_bad_settings_exit_2_before_loading(binding, needle, capsys, monkeypatch):
   """Checked up front (also in quick mode, which overrides the sweep): exit 2, no load."""

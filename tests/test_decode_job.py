@@ -681,3 +681,30 @@ def test_t5x_model_gin_with_the_decode_run_gin_is_an_error(shared, t5x_model_gin
       t5x_model_gin, shared, f"decode.output_path='{out}'")])
   _assert_clean_failure(rc, capsys, out, 'The T5X model gin (MODEL) describes the model pair',
                         'decode.pair_dir', 'decode.gamma → GAMMA')
+
+
+def test_block_verification_binding(pair, tmp_path, capsys):
+  """decode.verification='block': greedy text identical to the token rule's, recorded in
+  the summary; at T = 1 it decodes and reports its statistics; a bad value exits 2."""
+  gin_file, _ = pair
+  inp = _tsv(tmp_path)
+  preds, summaries = {}, {}
+  for name, extra in (('token', []), ('block', ["decode.verification='block'"]),
+                      ('block_t1', ["decode.verification='block'", 'decode.temperature=1.0'])):
+    out = tmp_path / f'{name}.jsonl'
+    rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                               f"decode.output_path='{out}'", *extra))
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    preds[name] = [r['prediction'] for r in _read_jsonl(out)]
+    summaries[name] = json.loads((tmp_path / f'{name}.jsonl.summary.json').read_text())
+  assert preds['block'] == preds['token']
+  assert summaries['token']['verification'] == 'token'
+  assert summaries['block']['verification'] == 'block'
+  assert summaries['block_t1']['verification'] == 'block' and summaries['block_t1']['examples'] > 0
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{tmp_path / 'x.jsonl'}'",
+                             "decode.verification='blocks'"))
+  err = capsys.readouterr().err
+  assert rc == 2 and "decode.verification must be 'token'" in err, err
+  assert not (tmp_path / 'x.jsonl').exists()

@@ -65,8 +65,9 @@ def masked(step, mask):
   return step_fn
 
 
-def exact_distribution(model, params, mask, temperature, topk, topp):
-  """{output tuple: probability} by enumeration of all V^LENGTH continuations."""
+def exact_distribution(model, params, mask, temperature, topk, topp, *, vocab=V, length=LENGTH):
+  """{output tuple: probability} by enumeration of all vocab^length continuations."""
+  V, LENGTH = vocab, length  # pylint: disable=invalid-name
   seqs = np.array(list(itertools.product(range(V), repeat=LENGTH)), np.int32)
   dec_in = np.concatenate([np.zeros((len(seqs), 1), np.int32), seqs[:, :-1]], axis=1)
   logits = model.apply({'params': params}, jnp.repeat(ENC, len(seqs), 0), jnp.asarray(dec_in),
@@ -102,20 +103,25 @@ def chi_square_pvalue(samples, dist):
 
 
 def speculative_samples(model, params, draft_params, t_mask, d_mask, temperature, topk, topp,
-                        gamma=2, seed=0, policy=None):
+                        gamma=2, seed=0, policy=None, *, vocab=V, length=LENGTH,
+                        verification='token', batch=1):
+  """N samples per row (`batch` copies of ENC; `temperature` may be one per row)."""
+  V, LENGTH = vocab, length  # pylint: disable=invalid-name
+  enc = jnp.repeat(ENC, batch, 0)
   step = t5.make_step_fn(model, params)
   dstep = t5.make_step_fn(model, draft_params)
 
   @jax.jit
   def run(key):
     length = generate.cache_length(LENGTH, gamma)  # a (γ+1)-token verify call must fit
-    tc = t5.encode_and_init_cache(model, params, ENC, length)
-    dc = t5.encode_and_init_cache(model, draft_params, ENC, length)
+    tc = t5.encode_and_init_cache(model, params, enc, length)
+    dc = t5.encode_and_init_cache(model, draft_params, enc, length)
     out, _, stats = decoding.speculative_sample(
-        jnp.zeros((1, LENGTH), jnp.int32), tc, masked(step, t_mask), dc,
+        jnp.zeros((batch, LENGTH), jnp.int32), tc, masked(step, t_mask), dc,
         masked(dstep, d_mask), eos_id=1, gamma=gamma, vocab_size=V, decode_rng=key,
-        num_decodes=N, temperature=temperature, topk=topk, topp=topp, draft_policy=policy)
-    return out[0], stats
+        num_decodes=N, temperature=temperature, topk=topk, topp=topp, draft_policy=policy,
+        verification=verification)
+    return (out[0] if batch == 1 else out), stats
   out, stats = run(jax.random.PRNGKey(seed))
   return np.asarray(out), stats
 

@@ -285,6 +285,10 @@ def test_constructor_errors(pair):
     make_model(pair, gamma=0)
   with pytest.raises(ValueError, match='draft_policy'):
     make_model(pair, draft_policy='sometimes')
+  with pytest.raises(ValueError, match="verification must be 'token'"):
+    make_model(pair, verification='blockwise')
+  with pytest.raises(ValueError, match='compilation_cache'):
+    make_model(pair, compilation_cache=True)
   with pytest.raises(ValueError, match='Transformer'):
     SpeculativeEncoderDecoderModel(pair.model, None, None, None, draft_module=object(),
                                    draft_params=pair.draft_params)

@@ -156,6 +156,9 @@ def benchmark(output_dir: str = 'out/benchmark',
               mesh_shape=None,
               draft_sharding: str = 'replicated',
               baseline_sampler: str = 'inverse_cdf',
+              verifications: Sequence[str] = ('token',),
+              topk: int = 0,
+              topp: float = 0.0,
               startup: Optional[bool] = None,
               compilation_cache=None,
               quick: bool = False) -> dict:
@@ -164,6 +167,12 @@ def benchmark(output_dir: str = 'out/benchmark',
   `quick=True` overrides num_sentences=4, gammas=(2, 4), batch_sizes=(1,),
   temperatures=(0.0,), repeats=1, no HF peer, step_timing_iters=10 (the bound values
   are still checked).
+
+  `verifications` adds, for 'block', one row per γ at every temperature > 0 with block
+  verification (Sun et al., ICLR 2025) beside the token-wise rows, timed in the same
+  round-robin (`verification_results`; at temperature 0 both rules give the same tokens,
+  so no block rows are run there). `topk` / `topp` standardize both methods' sampling
+  (the cost model's per-phase costs are measured without them).
 
   `startup` measures start-up with JAX's persistent compilation cache cold and warm
   (`benchmark/startup.py`: two child processes on a fresh cache folder, batch 1, T = 0,
@@ -208,6 +217,16 @@ def benchmark(output_dir: str = 'out/benchmark',
   if not 0.0 <= confidence_threshold <= 1.0:
     raise BenchmarkConfigError(f'benchmark.confidence_threshold must be in [0, 1], got '
                                f'{confidence_threshold!r}.')
+  from specdec_jax.decoding import accept  # pylint: disable=g-import-not-at-top
+  if (not isinstance(verifications, (list, tuple)) or 'token' not in verifications
+      or any(v not in accept.VERIFICATIONS for v in verifications)):
+    raise BenchmarkConfigError(
+        "benchmark.verifications must be a tuple holding 'token' and optionally 'block', e.g. "
+        f"--gin.benchmark.verifications=\"('token', 'block')\"; got {verifications!r}.")
+  try:
+    sampling.validate_sampling_args(1.0, topk, topp)
+  except ValueError as e:
+    raise BenchmarkConfigError(f'benchmark.topk / topp: {e}') from e
   settings = dict(num_sentences=num_sentences, gammas=tuple(gammas),
                   batch_sizes=tuple(batch_sizes), temperatures=tuple(temperatures),
                   repeats=repeats, hf_peer=hf_peer, step_timing_iters=step_timing_iters,
@@ -241,13 +260,15 @@ def benchmark(output_dir: str = 'out/benchmark',
       settings=dict(s, quick=quick, max_input_len=max_input_len,
                     input_length_buckets=list(input_length_buckets),
                     max_decode_len=max_decode_len, seed=seed, prefix=prefix,
-                    baseline_sampler=baseline_sampler,
+                    baseline_sampler=baseline_sampler, verifications=list(verifications),
+                    topk=topk, topp=topp,
                     datasets=[dict(name=n, path=p, sentences=len(e)) for n, p, e in data]),
       pair=dict(name=pair.name, target_config=config_dict(models.target_model.config),
                 draft_config=config_dict(models.draft_model.config),
                 target_checkpoint=pair.target_checkpoint,
                 draft_checkpoint=pair.draft_checkpoint),
-      machine=machine(), settings_results=[], policy_results=[], step_costs={},
+      machine=machine(), settings_results=[], policy_results=[], verification_results=[],
+      step_costs={},
       compilation_cache=dict(setting=compilation_cache,
                              folder=_jax_cache_dir()),
       hf_peer=None, sharding=None if plan is None else dict(
@@ -271,7 +292,8 @@ def benchmark(output_dir: str = 'out/benchmark',
       for dname, _, examples in data:
         batches = list(inputs_lib.batches(examples, bs, max_input_len, input_length_buckets))
         common = dict(temperature=float(temp), max_decode_len=max_decode_len, eos_id=eos,
-                      seed=seed, real_vocab_size=vocab.vocab_size, plan=plan)
+                      seed=seed, real_vocab_size=vocab.vocab_size, plan=plan, topk=topk,
+                      topp=topp)
         base = Runner(models, batches, method='baseline', gamma=None,
                       sampler=baseline_sampler, **common)
         specs = [Runner(models, batches, method='speculative', gamma=g, **common)
@@ -280,14 +302,29 @@ def benchmark(output_dir: str = 'out/benchmark',
                            policy=rows_lib.policy_for(name, costs, temp, max(s['gammas']),
                                           confidence_threshold), **common)
                     for name in ([] if quick else policies)]
-        for r in [base] + specs + adaptive:
+        blocks = [Runner(models, batches, method='speculative', gamma=g,
+                         verification='block', **common)
+                  for g in s['gammas']] if 'block' in verifications and float(temp) > 0 else []
+        for r in [base] + specs + adaptive + blocks:
           r.warm_up()
         for _ in range(s['repeats']):
-          for r in [base] + specs + adaptive:
+          for r in [base] + specs + adaptive + blocks:
             r.run_once()
         rows = [rows_lib.row(dname, bs, temp, base, spec, costs) for spec in specs]
         rows_lib.mark_best(rows, base, specs, costs)
+        for row in rows:
+          row['verification'] = 'token'
         results['settings_results'].extend(rows)
+        for r, token_row in zip(blocks, rows):
+          row = rows_lib.without_predictions(rows_lib.row(dname, bs, temp, base, r, costs))
+          row.update(verification='block',
+                     token_tokens_per_target_call=token_row['tokens_per_target_call'],
+                     token_speedup=token_row['speedup'],
+                     token_acceptance_rate=token_row['acceptance_rate'])
+          results['verification_results'].append(row)
+          print(f'[{dname} T={temp} B={bs} γ={r.gamma} block] tok/target call '
+                f'{row["tokens_per_target_call"]:.3f} (token {token_row["tokens_per_target_call"]:.3f}), '
+                f'speedup {row["speedup"]:.2f} (token {token_row["speedup"]:.2f})', flush=True)
         for r in adaptive:
           row = rows_lib.without_predictions(rows_lib.row(dname, bs, temp, base, r, costs))
           row.update(policy=r.policy.kind, policy_settings=dataclasses.asdict(r.policy),

@@ -45,6 +45,25 @@ def _sharding_lines(sh) -> list:
           f'{d["max_per_device"] / 2**20:.1f} of {d["total"] / 2**20:.1f} MiB per device.', '']
 
 
+def verification_lines(rows) -> list:
+  """Token-wise vs block verification (Sun et al., ICLR 2025) side by side, same run."""
+  if not rows:
+    return []
+  lines = ['', '## Token-wise vs block verification (same drafts, same run)', '',
+           'Block verification decides the accepted length from the same p and q jointly '
+           '(exact; never fewer tokens per target call in expectation). Δ = block ÷ token − 1.',
+           '', '| dataset | T | batch | γ | tok/target call token | block | Δ | accept rate '
+           'token | block | speedup token | block |', '|' + '---|' * 11]
+  for r in rows:
+    gain = r['tokens_per_target_call'] / r['token_tokens_per_target_call'] - 1
+    lines.append(
+        f'| {r["dataset"]} | {r["temperature"]:g} | {r["batch_size"]} | {r["gamma"]} | '
+        f'{_f(r["token_tokens_per_target_call"], ".3f")} | {_f(r["tokens_per_target_call"], ".3f")} '
+        f'| {gain * 100:+.1f} % | {_f(r["token_acceptance_rate"], ".3f")} | '
+        f'{_f(r["acceptance_rate"], ".3f")} | {_f(r["token_speedup"])} | **{_f(r["speedup"])}** |')
+  return lines
+
+
 def startup_lines(st) -> list:
   """The start-up section: compile time with the persistent compilation cache cold / warm."""
   lines = ['', '## Start-up: persistent compilation cache cold and warm', '']
@@ -171,6 +190,7 @@ def markdown(res: dict) -> str:
   for r in res['settings_results']:
     lines.append(f'| {r["dataset"]} | {r["temperature"]:g} | {r["batch_size"]} | {r["gamma"]} '
                  f'| {_f(r["baseline_first_call_s"])} | {_f(r["speculative_first_call_s"])} |')
+  lines += verification_lines(res.get('verification_results'))
   lines += startup_lines(res.get('startup'))
   hf = res.get('hf_peer') or {}
   lines += ['', '## Hugging Face peer (transformers assisted generation)', '']

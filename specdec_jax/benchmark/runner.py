@@ -103,6 +103,9 @@ class Runner:
   policy: Any = None  # policies.DraftPolicy for adaptive draft lengths (γ = γ_max)
   sampler: str = 'gumbel'  # the baseline's sampler (decoding.temperature_sample)
   plan: Any = None  # sharding.ShardingPlan (None: one device)
+  verification: str = 'token'  # speculative rows: 'token' (Algorithm 1) or 'block'
+  topk: int = 0
+  topp: float = 0.0
   times: list = dataclasses.field(default_factory=list)
   first_call_s: Optional[float] = None
   outputs: Optional[list] = None
@@ -115,14 +118,14 @@ class Runner:
     from specdec_jax import generate  # pylint: disable=g-import-not-at-top
     key = jax.random.fold_in(jax.random.PRNGKey(self.seed), i)
     kw = dict(eos_id=self.eos_id, temperature=self.temperature, decode_rng=key,
-              sharding_plan=self.plan)
+              sharding_plan=self.plan, topk=self.topk, topp=self.topp)
     if self.method == 'baseline':
       return generate.t5_generate(self.m.target_model, self.m.target_params, batch.tokens,
                                   self.max_decode_len, sampler=self.sampler, **kw)
     return generate.t5_speculative_generate(
         self.m.target_model, self.m.target_params, self.m.draft_model, self.m.draft_params,
         batch.tokens, self.max_decode_len, self.gamma, real_vocab_size=self.real_vocab_size,
-        draft_policy=self.policy, **kw)
+        draft_policy=self.policy, verification=self.verification, **kw)
 
   def warm_up(self):
     """Compiles (and times) the first call; warms every other input shape untimed."""

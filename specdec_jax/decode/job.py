@@ -61,6 +61,7 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
            method: str = 'speculative',
            gamma: int = 4,
            draft_policy=None,
+           verification: str = 'token',
            temperature: float = 0.0,
            topk: int = 0,
            topp: float = 0.0,
@@ -106,6 +107,9 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
       'heuristic', 'confidence', 'optimal', or `@specdec_jax.DraftPolicy()` with its
       settings bound (`specdec_jax.DraftPolicy.threshold = 0.4`); see
       `specdec_jax.decoding.policies`.
+    verification: 'token' (Algorithm 1, each draft accepted in turn) or 'block' (block
+      verification, Sun et al. ICLR 2025: the accepted length decided jointly; exact, at
+      least as many tokens per target call; the same tokens at temperature 0).
     temperature, topk, topp: sampling (0 = greedy; at most one of topk / topp;
       topp = 1 keeps every token).
     batch_size: rows per call (the last batch is padded to it).
@@ -140,7 +144,7 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
       input_field=input_field, target_field=target_field, task_name=task_name,
       task_split=task_split, max_examples=max_examples, prefix=prefix,
       max_input_len=max_input_len, on_long_input=on_long_input, method=method, gamma=gamma,
-      draft_policy=draft_policy,
+      draft_policy=draft_policy, verification=verification,
       temperature=temperature, topk=topk, topp=topp, batch_size=batch_size,
       max_decode_len=max_decode_len, seed=seed, mesh_shape=mesh_shape,
       logical_axis_rules=logical_axis_rules, draft_sharding=draft_sharding, warmup=warmup,
@@ -175,6 +179,11 @@ def _validate_settings(s: dict) -> None:
     s['draft_policy'] = policies.as_policy(s.get('draft_policy'))
   except ValueError as e:
     raise ValueError(f'decode.draft_policy: {e}') from e
+  from specdec_jax.decoding import accept  # pylint: disable=g-import-not-at-top
+  try:
+    accept.check_verification(s.get('verification', 'token'))
+  except ValueError as e:
+    raise ValueError(f'decode.{e}') from e
   if s['on_long_input'] not in inputs_lib.ON_LONG_INPUT:
     raise ValueError(f'decode.on_long_input must be one of {inputs_lib.ON_LONG_INPUT}, '
                      f"got {s['on_long_input']!r}.")
@@ -205,7 +214,7 @@ def _resolve_model(s: dict, *, target_config, draft_config, target_checkpoint,
   if t5x_gin.has_model_gin():
     m = t5x_gin.read_model_gin()
     s.update(gamma=m.gamma, temperature=m.temperature, topk=m.topk, topp=m.topp,
-             method=m.method, pair_dir=None)
+             method=m.method, pair_dir=None, verification=m.verification)
     _validate_settings(s)  # The model's values, checked as the job's own.
     used = [('CHECKPOINT_PATH', 'gin.macro', 'value'), ('DRAFT_CHECKPOINT', 'gin.macro', 'value')]
     return m.pair, used, m

@@ -40,7 +40,8 @@ def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):
     decodes, _, stats = generate.t5_speculative_generate(
         p.target_model, p.target_params, p.draft_model, p.draft_params, batch.tokens,
         s['max_decode_len'], s['gamma'], decode_rng=keys, real_vocab_size=p.vocab.vocab_size,
-        draft_policy=s.get('draft_policy'), sharding_plan=p.plan, **kwargs)
+        draft_policy=s.get('draft_policy'), sharding_plan=p.plan,
+        verification=s.get('verification', 'token'), **kwargs)
     decodes, stats = jax.device_get((decodes, stats))
     out = {k: np.asarray(getattr(stats, k))[:, 0]
            for k in ('target_calls', 'drafted', 'accepted', 'alpha_sum', 'alpha_count', 'tokens')}
@@ -128,6 +129,8 @@ def run_decode(p: Prepared) -> dict:
         'gamma': s['gamma'] if s['method'] == 'speculative' else None,
         'draft_policy': (dataclasses.asdict(s['draft_policy'])
                          if s['method'] == 'speculative' and s.get('draft_policy') else None),
+        'verification': (s.get('verification', 'token') if s['method'] == 'speculative'
+                         else None),
         'temperature': s['temperature'], 'topk': s['topk'], 'topp': s['topp'],
         'seed': s['seed'], 'batch_size': s['batch_size'],
         'max_input_len': s['max_input_len'], 'max_decode_len': s['max_decode_len'],
@@ -202,7 +205,8 @@ def print_summary(summary: dict, stream=None) -> None:
       ('method', summary['method'] + (f" (gamma={summary['gamma']}" + (
           f", draft_policy={summary['draft_policy']['kind']})"
           if (summary.get('draft_policy') or {}).get('kind', 'constant') != 'constant'
-          else ')') if summary['gamma'] else '')),
+          else ')') if summary['gamma'] else '') + (
+              ' [block verification]' if summary.get('verification') == 'block' else '')),
       ('examples', f"{summary['examples']} in {summary['batches']} batch(es) of "
                    f"{summary['batch_size']}"),
       ('compile', f"{fmt(summary['compile_s'], '.2f')} s" + (

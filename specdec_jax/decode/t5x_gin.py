@@ -11,7 +11,7 @@ exactly as `t5x.infer` would and takes from it:
 | `MODEL.draft_params` (`DRAFT_CHECKPOINT`), a checkpoint path | draft checkpoint |
 | `MODEL.draft_params_dtype` | the draft params' dtype at load |
 | `MODEL.input_vocabulary` / `output_vocabulary` (`VOCABULARY`) | tokenizer / detokenizer |
-| `MODEL.gamma` (`GAMMA`), `temperature` (`TEMPERATURE`), `topk`, `topp`, `eos_id` | decoding |
+| `MODEL.gamma` (`GAMMA`), `temperature` (`TEMPERATURE`), `topk`, `topp`, `eos_id`, `verification` | decoding |
 | `MODEL.decode_fn` (below) | `decode.method` |
 
 `decode_fn` unset or `@specdec_jax.t5x_decoding.speculative_sample` is speculative
@@ -64,14 +64,14 @@ T5X_MACHINERY = ('t5x_restore.add_draft_params',) + T5X_ONLY
 HONOURED = frozenset({'module', 'draft_module', 'input_vocabulary', 'output_vocabulary',
                       'draft_params', 'draft_checkpoint', 'draft_params_dtype', 'gamma',
                       'temperature', 'topk', 'topp', 'eos_id', 'decode_fn',
-                      'draft_vocabulary'})
+                      'draft_vocabulary', 'verification'})
 # MODEL's training settings: decoding does not use them (nor does t5x.infer).
 NOT_FOR_DECODING = frozenset({'optimizer_def', 'z_loss', 'label_smoothing',
                               'loss_normalizing_factor'})
 # decode.* parameters a T5X model gin describes instead.
 DESCRIBED_BY_MODEL = ('pair_dir', 'target_config', 'draft_config', 'target_checkpoint',
                       'draft_checkpoint', 'vocab_path', 'extra_ids', 'gamma', 'temperature',
-                      'topk', 'topp')
+                      'topk', 'topp', 'verification')
 _MACRO_FOR = {'target_checkpoint': 'CHECKPOINT_PATH', 'draft_checkpoint': 'DRAFT_CHECKPOINT',
               'gamma': 'GAMMA', 'temperature': 'TEMPERATURE'}
 # T5X macros and the decode.* parameter to bind instead without a T5X model gin.
@@ -92,6 +92,7 @@ class ModelGin:
   topp: float
   method: str
   model: Any
+  verification: str = 'token'
 
 
 def t5x_available() -> bool:
@@ -217,7 +218,8 @@ def read_model_gin(decode_bindings: Optional[dict] = None) -> ModelGin:
       eos_id=int(getattr(model, 'eos_id', vocab.eos_id)), draft_dtype=draft_dtype)
   return ModelGin(pair=pair, gamma=model.gamma, temperature=model.temperature,
                   topk=getattr(model, 'topk', 0), topp=getattr(model, 'topp', 0.0),
-                  method=method, model=model)
+                  method=method, model=model,
+                  verification=getattr(model, 'verification', 'token'))
 
 
 def _method(model, bound_method) -> str:

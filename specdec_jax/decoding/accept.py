@@ -110,3 +110,132 @@ def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coins, resample_u
   if none_greedy:
     return n_accepted.astype(jnp.int32), sampled
   return n_accepted.astype(jnp.int32), jnp.where(greedy, sampling.argmax(p_next), sampled)
+
+
+# ------------------------------------------------------------------ block verification
+
+VERIFICATIONS = ('token', 'block')
+_BIG = 1e30  # p/q for a token q gives probability 0 (never drafted; kept finite)
+
+
+def check_verification(verification) -> str:
+  """'token' (Algorithm 1, the paper's rule) or 'block' (Sun et al., ICLR 2025).
+
+  Raises:
+    ValueError: any other value (the message names both choices).
+  """
+  if verification not in VERIFICATIONS:
+    raise ValueError(f"verification must be 'token' (Leviathan et al., Algorithm 1) or 'block' "
+                     f"(Sun et al., ICLR 2025: block verification), got {verification!r}.")
+  return verification
+
+
+def _running_ratio(ratio):
+  """P_0 = 1, P_i = min(1, P_{i−1} · ratio_i): `[batch, gamma]` → `[batch, gamma + 1]`."""
+  out = [jnp.ones(ratio.shape[:1], ratio.dtype)]
+  for i in range(ratio.shape[1]):
+    out.append(jnp.minimum(out[-1] * ratio[:, i], 1.0))
+  return jnp.stack(out, axis=1)
+
+
+def _greedy_rule(draft_tokens, p, n_drafted):
+  """Algorithm 1 at temperature 0 on full p (both rules reduce to it there)."""
+  gamma = draft_tokens.shape[1]
+  target_tokens = sampling.argmax(p)
+  ok = (draft_tokens == target_tokens[:, :gamma]) & (
+      jnp.arange(gamma)[None, :] < n_drafted[:, None])
+  n_acc = jnp.sum(jnp.cumprod(ok.astype(jnp.int32), axis=1), axis=1).astype(jnp.int32)
+  return n_acc, jnp.take_along_axis(target_tokens, n_acc[:, None], axis=1)[:, 0]
+
+
+def _block_finish(weights, stop_h, p, draft_tokens, n_drafted, greedy, coins, resample_u):
+  """Shared end of both block forms: τ = the last position that passes, then the
+  correction token from the block residual at τ (`weights[:, τ]`, unnormalised)."""
+  gamma = draft_tokens.shape[1]
+  steps = jnp.arange(1, gamma + 1)[None, :]
+  passes = (coins < stop_h) & (steps <= n_drafted[:, None])
+  n_acc = jnp.max(jnp.where(passes, steps, 0), axis=1).astype(jnp.int32)
+  w = jnp.take_along_axis(weights, n_acc[:, None, None], axis=1)[:, 0]
+  total = jnp.sum(w, axis=-1, keepdims=True)
+  p_next = jnp.take_along_axis(p, n_acc[:, None, None], axis=1)[:, 0]
+  dist = jnp.where(total > 0, w / jnp.where(total > 0, total, 1.0), p_next)
+  sampled = sampling.inverse_cdf(resample_u, dist)
+  if greedy is False:
+    return n_acc, sampled
+  g_acc, g_next = _greedy_rule(draft_tokens, p, n_drafted)
+  return (jnp.where(greedy, g_acc, n_acc).astype(jnp.int32),
+          jnp.where(greedy, g_next, sampled))
+
+
+def block_stop_probabilities(draft_tokens, q, p, n_drafted):
+  """Block verification's quantities (Sun et al. 2025, Algorithm 2), per row.
+
+  For drafts x_1..x_m (m = n_drafted) with draft distributions q_i and target
+  distributions p_i (p_{m+1} the bonus position; q_{m+1} taken as 0):
+    P_0 = 1,  P_i = min(1, P_{i−1} · p_i(x_i) / q_i(x_i));
+    r_i(x) = max(0, P_i · p_{i+1}(x) − q_{i+1}(x))   (the residual one position ahead);
+    h_i = Σ_x r_i(x) / (Σ_x r_i(x) + 1 − P_i)        (h_m = P_m; 0 where Σ r_i = 0).
+  The accepted length τ is the last i ≤ m with η_i ≤ h_i (0 if none) and the next
+  token is drawn from r_τ / Σ r_τ (for τ = m that is p_{m+1}).
+
+  Args:
+    draft_tokens: int32 `[batch, gamma]`; q: float32 `[batch, gamma, vocab]`;
+    p: float32 `[batch, gamma + 1, vocab]`; n_drafted: int32 `[batch]` in [0, gamma].
+  Returns:
+    `(weights [batch, gamma + 1, vocab]` = r_0..r_γ, `h [batch, gamma]` = h_1..h_γ,
+    `P [batch, gamma + 1])`; entries beyond a row's m are meaningless.
+  """
+  gamma = draft_tokens.shape[1]
+  p_x = jnp.take_along_axis(p[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]
+  q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]
+  ratio = jnp.where(q_x > 0, p_x / jnp.where(q_x > 0, q_x, 1.0), jnp.where(p_x > 0, _BIG, 0.0))
+  big_p = _running_ratio(ratio)
+  q_ahead = jnp.concatenate([q, jnp.zeros_like(q[:, :1])], axis=1)
+  q_ahead = jnp.where((jnp.arange(gamma + 1)[None, :] < n_drafted[:, None])[..., None],
+                      q_ahead, 0.0)
+  weights = jnp.maximum(big_p[..., None] * p - q_ahead, 0.0)
+  num = jnp.sum(weights[:, 1:], axis=-1)
+  den = num + 1.0 - big_p[:, 1:]
+  h = jnp.where(num > 0, num / jnp.where(den > 0, den, 1.0), 0.0)
+  return weights, jnp.minimum(h, 1.0), big_p
+
+
+def block_accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coins, resample_u):
+  """Block verification (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami & Suresh,
+  "Block Verification Accelerates Speculative Decoding", ICLR 2025, Algorithm 2).
+
+  Same arguments and returns as `accept_and_resample` (the coins are the η_i); the
+  output is distributed exactly as the target's, and the expected accepted length is
+  never below Algorithm 1's. Greedy rows follow the greedy rule (block verification
+  reduces to it at temperature 0). See `block_stop_probabilities` for the rule.
+  """
+  if greedy is True:
+    return _greedy_rule(draft_tokens, p, n_drafted)
+  weights, h, _ = block_stop_probabilities(draft_tokens, q, p, n_drafted)
+  return _block_finish(weights, h, p, draft_tokens, n_drafted, greedy, coins, resample_u)
+
+
+def block_accept_one_hot(draft_tokens, p, n_drafted, greedy, coins, resample_u):
+  """Block verification for a deterministic drafter (q_i one-hot at x_i), closed form.
+
+  With q one-hot, P_i = min(1, P_{i−1} · p_i(x_i)), Σ_x r_i(x) = P_i · (1 − p_{i+1}(x_{i+1}))
+  for i < m, and r_i is P_i · p_{i+1} with x_{i+1} removed: no `[batch, gamma, vocab]`
+  draft distributions are needed. Equal to `block_accept_and_resample` with
+  q = one_hot(draft_tokens). Arguments and returns as there, without q.
+  """
+  if greedy is True:
+    return _greedy_rule(draft_tokens, p, n_drafted)
+  gamma = draft_tokens.shape[1]
+  p_x = jnp.take_along_axis(p[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]
+  big_p = _running_ratio(p_x)
+  steps = jnp.arange(1, gamma + 1)[None, :]
+  p_ahead = jnp.concatenate([p_x[:, 1:], jnp.zeros_like(p_x[:, :1])], axis=1)  # p_{i+1}(x_{i+1})
+  last = steps >= n_drafted[:, None]  # i = m: nothing drafted ahead (q_{m+1} = 0)
+  num = jnp.where(last, big_p[:, 1:], big_p[:, 1:] * (1.0 - p_ahead))
+  den = num + 1.0 - big_p[:, 1:]
+  h = jnp.minimum(jnp.where(num > 0, num / jnp.where(den > 0, den, 1.0), 0.0), 1.0)
+  drafted_ahead = jnp.concatenate([draft_tokens, jnp.zeros_like(draft_tokens[:, :1])], axis=1)
+  ahead_mask = jax.nn.one_hot(drafted_ahead, p.shape[-1], dtype=p.dtype) * (
+      jnp.arange(gamma + 1)[None, :] < n_drafted[:, None])[..., None]
+  weights = big_p[..., None] * p * (1.0 - ahead_mask)
+  return _block_finish(weights, h, p, draft_tokens, n_drafted, greedy, coins, resample_u)

@@ -88,7 +88,7 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
                        real_vocab_size: Optional[int] = None,
                        rescale_log_probs: bool = True, cache_offset: int = 0,
                        prompt_free: bool = False, per_row_greedy: bool = True,
-                       draft_policy=None):
+                       draft_policy=None, verification: str = 'token'):
   """Speculative sampling (Leviathan et al. 2023, Algorithm 1) in one `lax.while_loop`.
 
   Each round, per row: the draft proposes γ tokens (γ single-token cached calls; the
@@ -131,13 +131,20 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
       'optimal') or None (constant γ, the paper's algorithm). With an adaptive policy
       drafting stops early (a nested while_loop) and the verify call covers only the
       widest row's drafts (`verify.verify_block_adaptive`).
+    verification: 'token' (default: Algorithm 1, each draft accepted or rejected in turn,
+      stop at the first rejection) or 'block' (Sun et al., ICLR 2025, Algorithm 2:
+      the accepted length is decided jointly from the same p and q —
+      `accept.block_accept_and_resample`); both are exact, 'block' accepts at least as
+      many tokens in expectation, and at temperature 0 both are the greedy rule.
   Returns:
     `(decodes [batch, num_decodes, max_decode_len] int32,
       log_probs [batch, num_decodes] float32, stats SpeculativeStats)`.
   Raises:
     ValueError: before compiling, for γ < 1, a cache shorter than `max_decode_len`,
-      topk and topp both set, a negative temperature, bad num_decodes.
+      topk and topp both set, a negative temperature, bad num_decodes, an unknown
+      verification.
   """
+  accept.check_verification(verification)
   loop_common.check_common(inputs, eos_id, num_decodes, temperature, topk, topp,
                            max_decode_steps)
   gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
@@ -242,8 +249,9 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
         p = sampling.probs_from_logits(std_p)
         if forced is not None:
           p = jnp.where((forced > 0)[..., None], jax.nn.one_hot(forced, p.shape[-1]), p)
-        n_acc, next_token = accept.accept_and_resample(
-            draft_tokens, q, p, n_drafted, greedy, coins, resample_u)
+        rule = (accept.block_accept_and_resample if verification == 'block'
+                else accept.accept_and_resample)
+        n_acc, next_token = rule(draft_tokens, q, p, n_drafted, greedy, coins, resample_u)
         beta = accept.acceptance_probability(p[:, :gamma], q)
 
     with jax.named_scope('commit'):

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax import decoding
+from specdec_jax.decoding import accept
 from specdec_jax.decoding import policies
 from specdec_jax.decoding import sampling
 from specdec_jax.generate import xla_options
@@ -167,13 +168,15 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
 @xla_options.jit(static_argnames=(
     'target_model', 'draft_model', 'max_decode_len', 'gamma', 'eos_id', 'num_decodes',
     'topk', 'topp', 'static_temperature', 'max_decode_steps', 'real_vocab_size',
-    'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'draft_policy', 'sharding_plan'))
+    'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'draft_policy', 'sharding_plan',
+    'verification'))
 def _speculative_generate(target_model, target_params, draft_model, draft_params,
                           encoder_input_tokens, draft_encoder_input_tokens, decoder_prompt,
                           decode_rng, temperature, *, topp, max_decode_len, gamma, eos_id,
                           num_decodes, topk, static_temperature, max_decode_steps,
                           real_vocab_size, rescale_log_probs, prompt_free=False,
-                          per_row_greedy=True, draft_policy=None, sharding_plan=None):
+                          per_row_greedy=True, draft_policy=None, sharding_plan=None,
+                          verification='token'):
   length = cache_length(max_decode_len, gamma)
   target_cache = t5.encode_and_init_cache(target_model, target_params,
                                           encoder_input_tokens, length)
@@ -190,7 +193,8 @@ def _speculative_generate(target_model, target_params, draft_model, draft_params
       temperature=static_temperature if static_temperature is not None else temperature,
       topk=topk, topp=topp, max_decode_steps=max_decode_steps,
       real_vocab_size=real_vocab_size, rescale_log_probs=rescale_log_probs,
-      prompt_free=prompt_free, per_row_greedy=per_row_greedy, draft_policy=draft_policy)
+      prompt_free=prompt_free, per_row_greedy=per_row_greedy, draft_policy=draft_policy,
+      verification=verification)
 
 
 def t5_speculative_generate(target_model: t5.Transformer, target_params,
@@ -202,7 +206,7 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
                             real_vocab_size: Optional[int] = None,
                             draft_encoder_input_tokens=None,
                             rescale_log_probs: bool = True, draft_policy=None,
-                            sharding_plan=None):
+                            sharding_plan=None, verification: str = 'token'):
   """Speculative decoding of a T5 target with a T5 draft (paper Algorithm 1).
 
   Args:
@@ -217,6 +221,8 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
       most tokens a row drafts in a round (γ_max).
     draft_policy: `policies.DraftPolicy`, a policy name or None (constant γ); see
       `speculative.speculative_sample`.
+    verification: 'token' (Algorithm 1) or 'block' (block verification, Sun et al.
+      ICLR 2025); see `speculative.speculative_sample` (static: each compiles its own).
     sharding_plan: optional `specdec_jax.sharding.ShardingPlan`, as in `t5_generate`;
       the draft is replicated or sharded like the target (`ShardingPlan.draft`). Every
       row keeps the key it has on one device, so outputs do not depend on the mesh.
@@ -233,6 +239,7 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
   decoding._check_common(prompt, eos_id, num_decodes, temperature, topk, topp,
                          max_decode_steps)
   gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
+  accept.check_verification(verification)
   draft_tokens = (encoder_input_tokens if draft_encoder_input_tokens is None
                   else draft_encoder_input_tokens)
   if jnp.ndim(draft_tokens) != 2 or jnp.shape(draft_tokens)[0] != jnp.shape(
@@ -257,7 +264,7 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
                 max_decode_steps=max_decode_steps, real_vocab_size=real_vocab_size,
                 rescale_log_probs=rescale_log_probs, prompt_free=decoder_prompt is None,
                 per_row_greedy=_per_row_greedy(temperature),
-                draft_policy=policies.as_policy(draft_policy))
+                draft_policy=policies.as_policy(draft_policy), verification=verification)
   _warn_host_params(target_params=target_params, draft_params=draft_params)
   if sharding_plan is not None:
     from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax import decoding, generate
+from specdec_jax.decoding import accept
 from specdec_jax.decoding import loop_common
 from specdec_jax.decoding import policies
 from specdec_jax.decoding import sampling
@@ -281,7 +282,7 @@ def speculative_sample(inputs, cache, tokens_to_logits: Optional[Callable], eos_
                        gamma: int = 4, real_vocab_size: Optional[int] = None,
                        draft_params_dtype=None, return_stats: bool = False,
                        target_module=None, target_params=None, encoder_input_tokens=None,
-                       draft_policy=None):
+                       draft_policy=None, verification: str = 'token'):
   """Exact speculative sampling (Leviathan et al. 2023) as a T5X `decode_fn`.
 
   Same arguments and outputs as `temperature_sample` (T5X's signature and prompt
@@ -308,6 +309,9 @@ def speculative_sample(inputs, cache, tokens_to_logits: Optional[Callable], eos_
       `functools.partial` of `_compute_logits_from_slice`.
     draft_policy: draft length per round (`specdec_jax.decoding.policies.DraftPolicy`, a
       policy name, or None = γ every round); γ is then the most per round.
+    verification: 'token' (Algorithm 1) or 'block' (block verification, Sun et al. ICLR
+      2025; exact, at least as many tokens per target call); see
+      `specdec_jax.decoding.speculative.speculative_sample`.
   Returns:
     `(decodes [batch, num_decodes, max_decode_len], log_probs [batch, num_decodes])`,
     plus `stats` with `return_stats`.
@@ -324,6 +328,7 @@ def speculative_sample(inputs, cache, tokens_to_logits: Optional[Callable], eos_
                      'a network without scan_layers (T5X t5x/examples/t5).')
   gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
   draft_policy = policies.as_policy(draft_policy)
+  accept.check_verification(verification)
   batch, max_decode_len = inputs.shape
   max_decode_steps = _max_steps(max_decode_steps, max_decode_steps_hard_limit, max_decode_len)
   target = _target(tokens_to_logits, num_decodes, target_module, target_params,
@@ -365,7 +370,8 @@ def speculative_sample(inputs, cache, tokens_to_logits: Optional[Callable], eos_
       vocab_size=target.module.config.vocab_size, decode_rng=decode_rng,
       num_decodes=num_decodes, temperature=temperature, topk=topk, topp=topp,
       max_decode_steps=max_decode_steps, real_vocab_size=real_vocab_size,
-      rescale_log_probs=rescale_log_probs, draft_policy=draft_policy)
+      rescale_log_probs=rescale_log_probs, draft_policy=draft_policy,
+      verification=verification)
   if return_stats:
     return decodes, log_probs, stats
   return decodes, log_probs

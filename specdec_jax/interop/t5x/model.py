@@ -45,6 +45,7 @@ import numpy as np
 
 from specdec_jax import generate
 from specdec_jax.generate import compile_cache
+from specdec_jax.decoding import accept
 from specdec_jax.decoding import baseline
 from specdec_jax.decoding import policies
 from specdec_jax.decoding import sampling
@@ -119,6 +120,9 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
     draft_params_dtype: optional dtype the loaded draft checkpoint is cast to.
     draft_policy: the draft length per round (`specdec_jax.decoding.policies.DraftPolicy`, a
       policy name, or None: γ every round); gin: `@specdec_jax.DraftPolicy()`.
+    verification: 'token' (Algorithm 1, default) or 'block' (block verification, Sun et
+      al. ICLR 2025: exact, at least as many tokens per target call; gin:
+      `models.SpeculativeEncoderDecoderModel.verification = 'block'`).
     compilation_cache: JAX's persistent compilation cache, turned on at construction
       (`specdec_jax.generate.compile_cache.enable`): None (default: a folder already set in
       `jax.config`, e.g. by T5X, else `$SPECDEC_COMPILATION_CACHE`, else
@@ -141,7 +145,8 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
                eos_id: Optional[int] = None, draft_vocabulary=None,
                default_decoder_params: Optional[DecoderParams] = None,
                rescale_log_probs: bool = True, draft_params_dtype=None, draft_policy=None,
-               compilation_cache: Union[None, bool, str, os.PathLike] = None):
+               compilation_cache: Union[None, bool, str, os.PathLike] = None,
+               verification: str = 'token'):
     _require_t5_module(module, 'module')
     _require_t5_module(draft_module, 'draft_module')
     if decode_fn is not None and unwrapped(decode_fn) is baseline.temperature_sample:
@@ -156,6 +161,7 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
     except ValueError as e:
       raise ValueError(f'draft_policy: {e}') from e
     sampling.validate_sampling_args(temperature, topk, topp)
+    accept.check_verification(verification)
     if eos_id is None:
       eos_id = getattr(output_vocabulary, 'eos_id', None) or 1
     if not isinstance(eos_id, (int, np.integer)):
@@ -188,6 +194,7 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
     self.draft_vocabulary = draft_vocabulary if draft_vocabulary is not None else output_vocabulary
     self.gamma = gamma
     self.draft_policy = draft_policy
+    self.verification = verification
     self.temperature = temperature
     self.topk = topk
     self.topp = topp
@@ -409,7 +416,8 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
           temperature=opts['temperature'], topk=opts['topk'], topp=opts['topp'],
           num_decodes=num_decodes, decode_rng=opts['decode_rng'], decoder_prompt=prompt,
           max_decode_steps=opts['max_decode_steps'], real_vocab_size=self._real_vocab_size(),
-          rescale_log_probs=opts['rescale_log_probs'], draft_policy=self.draft_policy)
+          rescale_log_probs=opts['rescale_log_probs'], draft_policy=self.draft_policy,
+          verification=self.verification)
       aux = {'scores': scores, 'target_calls': stats.target_calls, 'drafted': stats.drafted,
              'accepted': stats.accepted, 'alpha': stats.alpha}
     if return_all_decodes:
