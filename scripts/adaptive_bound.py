@@ -21,7 +21,7 @@ Costs come from a benchmark run on the same machine (`results.json`'s `step_cost
 batch 1: c, v(γ), the loop's own work per round a(γ) and per baseline step, both
 encoders), in units of one target step; a sentence of N tokens costs
 enc_target + enc_draft + Σ_rounds (g·c + v(g) + a(g)) speculatively and
-enc_target + N·(1 + a_base) by the baseline (`bench.costs.predict`). `vs_best_fixed`
+enc_target + N·(1 + a_base) by the baseline (`benchmark.costs.predict`). `vs_best_fixed`
 compares whole sentences (encoders included, as tokens/s does); `loop_vs_best_fixed`
 the decoding loop alone.
 The replayed round counts for fixed γ are checked against the benchmark's measured

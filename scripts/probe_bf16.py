@@ -7,7 +7,7 @@ Two measurements (docs/benchmarks/history.md, probe 5):
      rounded to bfloat16-representable values) at M = 1–5 rows in four forms: float32; float32
      inputs against bfloat16-stored weights (convert in the graph; `preferred_element_type`);
      bfloat16 inputs and weights with float32 accumulation;
-  2. the shipped demo pair's `bench.costs.step_costs` (batch 1, 32-token input, two samples)
+  2. the shipped demo pair's `benchmark.costs.step_costs` (batch 1, 32-token input, two samples)
      with float32 activations and with bfloat16 activations (params loaded as bfloat16, so
      the cast at use is free), and each bfloat16 k-token call against the float32 1-token step.
 Writes JSON (`--output`); prints one line per measurement.

@@ -290,19 +290,30 @@ def _tables(rng, vocab, gamma, concentration):
   return p, q
 
 
-def one_round_output(p, q, vocab, gamma):
+def one_round_output(p, q, vocab, gamma, width=None):
   """Exact distribution of the first γ + 1 output tokens after one block-verification
-  round (the implementation's h and block residual), later tokens from the target."""
+  round (the implementation's h and block residual), later tokens from the target.
+
+  With `width` > γ the rule sees `width` draft slots and n_drafted = γ: the slots beyond
+  hold junk (random tokens and q, p zero as `verify_block_adaptive` leaves it)."""
   blocks = np.array(list(itertools.product(range(vocab), repeat=gamma)), np.int64)
   def at(table, k):  # table[k] at each block's first k tokens: [blocks, V]
     return np.broadcast_to(table[k][tuple(blocks[:, :k].T)], (len(blocks), vocab))
   p_stack = np.stack([at(p, k) for k in range(gamma + 1)], axis=1)
   q_stack = np.stack([at(q, k) for k in range(gamma)], axis=1)
   w = np.prod(np.take_along_axis(q_stack, blocks[..., None], axis=-1)[..., 0], axis=1)
+  tokens_in, q_in, p_in = blocks, q_stack, p_stack
+  if width is not None and width > gamma:
+    junk = np.random.default_rng(99)
+    extra = width - gamma
+    tokens_in = np.concatenate([blocks, junk.integers(0, vocab, (len(blocks), extra))], axis=1)
+    q_in = np.concatenate([q_stack, junk.dirichlet(np.ones(vocab), (len(blocks), extra))], 1)
+    p_in = np.concatenate([p_stack, np.zeros((len(blocks), extra, vocab))], axis=1)
   weights, h, _ = accept.block_stop_probabilities(
-      jnp.asarray(blocks, jnp.int32), jnp.asarray(q_stack, jnp.float32),
-      jnp.asarray(p_stack, jnp.float32), jnp.full((len(blocks),), gamma, jnp.int32))
-  weights, h = np.asarray(weights, np.float64), np.asarray(h, np.float64)
+      jnp.asarray(tokens_in, jnp.int32), jnp.asarray(q_in, jnp.float32),
+      jnp.asarray(p_in, jnp.float32), jnp.full((len(blocks),), gamma, jnp.int32))
+  weights = np.asarray(weights, np.float64)[:, :gamma + 1]
+  h = np.asarray(h, np.float64)[:, :gamma]
   later = np.concatenate([np.cumprod((1 - h)[:, ::-1], axis=1)[:, ::-1][:, 1:],
                           np.ones((len(h), 1))], axis=1)
   stop = np.concatenate([np.prod(1 - h, axis=1, keepdims=True), h * later], axis=1)  # P(τ)
@@ -329,6 +340,16 @@ def test_one_round_is_exactly_the_target(gamma, concentration):
   p, q = _tables(np.random.default_rng(gamma * 10 + int(concentration)), vocab, gamma,
                  concentration)
   out, joint = one_round_output(p, q, vocab, gamma)
+  assert 0.5 * np.abs(out - joint).sum() < 2e-5
+
+
+@pytest.mark.parametrize('gamma, width', [(1, 4), (2, 4), (3, 5)])
+def test_one_round_with_fewer_drafts_than_slots_is_exactly_the_target(gamma, width):
+  """n_drafted < the slots (γ shrunk near the length budget, or an adaptive policy): the
+  junk beyond n_drafted never reaches the output."""
+  vocab = 6
+  p, q = _tables(np.random.default_rng(gamma), vocab, gamma, 1.0)
+  out, joint = one_round_output(p, q, vocab, gamma, width=width)
   assert 0.5 * np.abs(out - joint).sum() < 2e-5
 
 

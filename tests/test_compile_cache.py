@@ -16,8 +16,11 @@ from specdec_jax.generate import compile_cache
 def _restore_jax_cache_dir():
   before = jax.config.jax_compilation_cache_dir
   before_min = jax.config.jax_persistent_cache_min_compile_time_secs
+  compile_cache._explicit = compile_cache._UNDECIDED  # pylint: disable=protected-access
   yield
   compile_cache.enable(False)
+  compile_cache._explicit = compile_cache._UNDECIDED  # pylint: disable=protected-access
+  compile_cache._enabled_by_us = None  # pylint: disable=protected-access
   jax.config.update('jax_compilation_cache_dir', before)
   jax.config.update('jax_persistent_cache_min_compile_time_secs', before_min)
   compile_cache._warned.clear()  # pylint: disable=protected-access
@@ -37,6 +40,34 @@ def test_resolve_order(monkeypatch, tmp_path):
   assert compile_cache.resolve('off') is None
   with pytest.raises(TypeError, match='compilation_cache=True is ambiguous'):
     compile_cache.resolve(True)
+  with pytest.raises(TypeError, match='compilation_cache must be None, False'):
+    compile_cache.resolve(3)
+
+
+def test_no_home_and_no_xdg_is_off_with_one_warning(monkeypatch):
+  monkeypatch.delenv(compile_cache.ENV_VAR, raising=False)
+  monkeypatch.delenv('XDG_CACHE_HOME', raising=False)
+  monkeypatch.setattr(os.path, 'expanduser', lambda p: p)  # no home folder known
+  assert compile_cache.default_dir() is None
+  with pytest.warns(RuntimeWarning, match='no home folder'):
+    assert compile_cache.enable() is None
+
+
+def test_an_explicit_choice_stands_for_later_default_calls(tmp_path, monkeypatch):
+  """The decode job's --no_compilation_cache / --compilation_cache_dir, then the T5X model
+  class built from a model gin (enable(None)): the job's choice stands."""
+  monkeypatch.setenv(compile_cache.ENV_VAR, str(tmp_path / 'env'))
+  assert compile_cache.enable('off') is None
+  assert compile_cache.enable() is None and jax.config.jax_compilation_cache_dir is None
+  folder = compile_cache.enable(tmp_path / 'flag')
+  assert compile_cache.enable() == folder == jax.config.jax_compilation_cache_dir
+  assert not (tmp_path / 'env').exists()
+
+
+def test_off_turns_off_a_folder_someone_else_set(tmp_path):
+  jax.config.update('jax_compilation_cache_dir', str(tmp_path / 'elsewhere'))
+  assert compile_cache.enable(False) is None
+  assert jax.config.jax_compilation_cache_dir is None
 
 
 def test_enable_uses_a_versioned_folder_and_off_restores(tmp_path):

@@ -515,6 +515,17 @@ def test_gamma_larger_than_the_budget(pair, tmp_path, capsys):
   assert all(r['target_calls'] >= 1 for r in rows)
 
 
+def _run_named(gin_file, inp, folder, capsys, name, extra):
+  """Runs the job on `inp` into `<folder>/<name>.jsonl`: (predictions, summary, captured)."""
+  out = folder / f'{name}.jsonl'
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{out}'", *extra))
+  captured = capsys.readouterr()
+  assert rc == 0, captured.err
+  summary = json.loads((folder / f'{name}.jsonl.summary.json').read_text())
+  return [r['prediction'] for r in _read_jsonl(out)], summary, captured
+
+
 @pytest.mark.parametrize('policy', ["'heuristic'", '@specdec_jax.DraftPolicy()'])
 def test_draft_policy_binding(pair, tmp_path, capsys, policy):
   """An adaptive draft_policy (by name or as a configurable) gives the baseline's text."""
@@ -526,13 +537,7 @@ def test_draft_policy_binding(pair, tmp_path, capsys, policy):
                                   "specdec_jax.DraftPolicy.kind='confidence'",
                                   'specdec_jax.DraftPolicy.threshold=0.6'][
                                       :1 if policy.startswith("'") else 3])):
-    out = tmp_path / f'{name}.jsonl'
-    rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
-                               f"decode.output_path='{out}'", *extra))
-    captured = capsys.readouterr()
-    assert rc == 0, captured.err
-    preds[name] = [r['prediction'] for r in _read_jsonl(out)]
-    summary = json.loads((tmp_path / f'{name}.jsonl.summary.json').read_text())
+    preds[name], summary, captured = _run_named(gin_file, inp, tmp_path, capsys, name, extra)
   assert preds['policy'] == preds['baseline']
   kind = 'heuristic' if policy.startswith("'") else 'confidence'
   assert summary['draft_policy']['kind'] == kind
@@ -691,13 +696,7 @@ def test_block_verification_binding(pair, tmp_path, capsys):
   preds, summaries = {}, {}
   for name, extra in (('token', []), ('block', ["decode.verification='block'"]),
                       ('block_t1', ["decode.verification='block'", 'decode.temperature=1.0'])):
-    out = tmp_path / f'{name}.jsonl'
-    rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
-                               f"decode.output_path='{out}'", *extra))
-    captured = capsys.readouterr()
-    assert rc == 0, captured.err
-    preds[name] = [r['prediction'] for r in _read_jsonl(out)]
-    summaries[name] = json.loads((tmp_path / f'{name}.jsonl.summary.json').read_text())
+    preds[name], summaries[name], _ = _run_named(gin_file, inp, tmp_path, capsys, name, extra)
   assert preds['block'] == preds['token']
   assert summaries['token']['verification'] == 'token'
   assert summaries['block']['verification'] == 'block'

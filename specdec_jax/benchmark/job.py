@@ -20,7 +20,7 @@ before timing):
   the sampled outputs differ in length, and throughput is what is compared;
 * acceptance rate = Σaccepted / Σdrafted, the paper's α = Σalpha_sum / Σalpha_count,
   tokens per target call = Σtokens / Σtarget_calls (real rows only);
-* the cost of every phase is measured in the same run (`bench/costs.py`): c, v(γ),
+* the cost of every phase is measured in the same run (`benchmark/costs.py`): c, v(γ),
   both encoders per input length, and the loops' own work per round / step; the
   cost model predicts each row's speedup from them and the row's α, and
   efficiency = measured speedup / predicted speedup. The paper's Theorem 3.8
@@ -31,7 +31,7 @@ before timing):
 At temperature 0 the two methods must produce the same tokens; the job records
 the comparison (`identical_at_t0`) per setting and overall.
 
-The peer (`hf_peer=True`, `bench/hf_peer.py`): Hugging Face `generate` without and
+The peer (`hf_peer=True`, `benchmark/hf_peer.py`): Hugging Face `generate` without and
 with `assistant_model=draft` on the exported pair (batch 1, greedy).
 
 Outputs in `output_dir` (written atomically): results.json, results.md,
@@ -113,7 +113,7 @@ def check_settings(*, num_sentences, gammas, temperatures, batch_sizes, repeats,
 
 def measure_costs(models, batches, *, max_decode_len, gammas, temperatures, iters,
                   vocab_size, eos_id, baseline_sampler='gumbel') -> dict:
-  """Every phase's cost for one batch size (see `bench/costs.py`), in seconds."""
+  """Every phase's cost for one batch size (see `benchmark/costs.py`), in seconds."""
   first = batches[0].tokens
   out = costs_lib.step_costs(models, first, max_decode_len, gammas, iters)
   shapes = {}

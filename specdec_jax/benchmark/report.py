@@ -102,7 +102,7 @@ def markdown(res: dict) -> str:
       f'Outputs identical between methods at temperature 0: **{res["identical_at_t0"]}**', '',
   ] + _sharding_lines(res.get('sharding')) + [
       '## Step costs', '',
-      'Each timed alone in its own compiled program (`bench/costs.py`), in units of one '
+      'Each timed alone in its own compiled program (`benchmark/costs.py`), in units of one '
       'target 1-token step except where ms. a = the loop\'s own work per speculative round '
       '(decoding with free models), a_base per baseline step.', '',
       '| batch | target step (ms) | draft step (ms) | c | v(γ) | encoders target / draft '
@@ -123,7 +123,7 @@ def markdown(res: dict) -> str:
   lines += ['', '## Speculative vs baseline', '',
             'speedup = speculative tokens/s ÷ baseline tokens/s (median [min–max] over '
             'repeats). **pred** is the cost model of every phase (encoders, γ draft steps, '
-            'the verify call, the loop\'s own work; `bench/costs.py`) with this row\'s α, '
+            'the verify call, the loop\'s own work; `benchmark/costs.py`) with this row\'s α, '
             'and **eff.** = speedup ÷ pred; "eff. (rounds)" uses the rounds the loop really '
             'ran instead of the α-based estimate; Thm 3.8 is the paper\'s formula '
             '(1−α^(γ+1))/((1−α)(γc+1)).', '',

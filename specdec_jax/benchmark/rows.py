@@ -70,7 +70,7 @@ def without_predictions(r: dict) -> dict:
 def row(dname, bs, temp, base: Runner, spec: Runner, costs: dict) -> dict:
   """One results row: baseline vs speculative `spec` (fixed γ) of one setting, measured
   (times, tokens/s, speedup as the tokens/s ratio, α, statistics) and predicted (the cost
-  model of `bench/costs.py` with this run's `costs`, Theorem 3.8), with the efficiencies."""
+  model of `benchmark/costs.py` with this run's `costs`, Theorem 3.8), with the efficiencies."""
   st = spec.stats
   alpha = ratio(sum(st['alpha_sum']), sum(st['alpha_count']))
   g = spec.gamma

@@ -69,12 +69,16 @@ def measure(spec: dict, *, timeout_s: float = 900.0) -> dict:
       note='two child processes on one fresh cache folder: cold (compiles, writes), '
            'then warm (reads); compile_s = first call - second call, batch 1, T = 0')
   with tempfile.TemporaryDirectory(prefix='specdec_startup_cache_') as cache:
-    env = dict(os.environ, SPECDEC_COMPILATION_CACHE=cache)
+    env = {k: v for k, v in os.environ.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
+    spec = dict(spec, cache_dir=cache)  # the child uses this folder and no other
     for label in ('cold', 'warm'):
       t0 = time.perf_counter()
-      p = subprocess.run([sys.executable, '-m', 'specdec_jax.benchmark.startup'],
-                         input=json.dumps(spec), capture_output=True, text=True, env=env,
-                         timeout=timeout_s, check=False)
+      try:
+        p = subprocess.run([sys.executable, '-m', 'specdec_jax.benchmark.startup'],
+                           input=json.dumps(spec), capture_output=True, text=True, env=env,
+                           timeout=timeout_s, check=False)
+      except subprocess.TimeoutExpired:
+        return dict(skipped=True, note=f'start-up child ({label}) ran past {timeout_s:.0f} s')
       wall = time.perf_counter() - t0
       if p.returncode != 0:
         return dict(skipped=True, note=f'start-up child ({label}) failed: '
@@ -90,7 +94,7 @@ def main(argv: Optional[list] = None) -> int:
   del argv
   from specdec_jax.generate import compile_cache  # pylint: disable=g-import-not-at-top
   spec = json.loads(sys.stdin.read())
-  folder = compile_cache.enable()
+  folder = compile_cache.enable(spec['cache_dir'])
   if spec.get('min_compile_time_s') is not None:  # tests: cache the tiny models' programs too
     import jax  # pylint: disable=g-import-not-at-top
     jax.config.update('jax_persistent_cache_min_compile_time_secs',

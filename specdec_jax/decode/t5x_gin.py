@@ -168,12 +168,13 @@ def read_model_gin(decode_bindings: Optional[dict] = None) -> ModelGin:
                      'bindings (configs/runs/decode.gin).')
   twice = [k for k in DESCRIBED_BY_MODEL if k in bound]
   if twice:
-    alt = ', '.join(f'decode.{k} → {_MACRO_FOR[k]}' for k in twice if k in _MACRO_FOR)
+    alt = ', '.join(f'decode.{k} → {_MACRO_FOR[k]}' if k in _MACRO_FOR else
+                    f'decode.{k} → --gin.{MODEL_SELECTOR}.{k}=...' for k in twice)
     raise ValueError(
         'The T5X model gin (MODEL) describes the model pair and its decoding, but '
         f'{", ".join("decode." + k for k in twice)} {"is" if len(twice) == 1 else "are"} '
         'bound too (configs/runs/decode.gin and configs/pairs/*.gin bind them): drop '
-        'those bindings / files and set the T5X macros instead'
+        'those bindings / files and set the T5X macros (or MODEL\'s parameters) instead'
         + (f' ({alt})' if alt else '') + '.')
   params = dict(gin.get_bindings(ref.scoped_selector, resolve_references=False))
   unknown = sorted(set(params) - HONOURED - NOT_FOR_DECODING)

@@ -12,6 +12,11 @@ distributions p_1..p_{γ+1} at the same positions:
 
 Greedy rows (one-hot p and q) reduce to "accept while x_i = argmax p_i, then emit
 argmax p_j", and their result never depends on the random numbers.
+
+Block verification (Sun et al., "Block Verification Accelerates Speculative Decoding",
+ICLR 2025, Algorithm 2; `block_accept_and_resample`, and `block_accept_one_hot` for
+one-hot drafts) decides the accepted length from the same p and q jointly: exact too,
+never fewer accepted tokens in expectation, and the greedy rule at temperature 0.
 """
 
 from __future__ import annotations
@@ -204,10 +209,21 @@ def block_accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coins, resa
   """Block verification (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami & Suresh,
   "Block Verification Accelerates Speculative Decoding", ICLR 2025, Algorithm 2).
 
-  Same arguments and returns as `accept_and_resample` (the coins are the η_i); the
-  output is distributed exactly as the target's, and the expected accepted length is
-  never below Algorithm 1's. Greedy rows follow the greedy rule (block verification
+  The output is distributed exactly as the target's, and the expected accepted length
+  is never below Algorithm 1's. Greedy rows follow the greedy rule (block verification
   reduces to it at temperature 0). See `block_stop_probabilities` for the rule.
+
+  Args:
+    draft_tokens: int32 `[batch, gamma]`, x_i sampled from q_i.
+    q: float32 `[batch, gamma, vocab]`, the draft's standardized distributions.
+    p: float32 `[batch, gamma + 1, vocab]`, the target's standardized distributions.
+    n_drafted: int32 `[batch]` in [0, gamma]: the row's block is x_1..x_{n_drafted}.
+    greedy: bool `[batch]`, or Python True (every row greedy: no random numbers) /
+      False (no row greedy), as in `accept_and_resample`.
+    coins: float32 `[batch, gamma]` uniforms in [0, 1): η_1..η_γ.
+    resample_u: float32 `[batch, 2]` uniforms for the correction / bonus sample.
+  Returns:
+    `(n_accepted [batch] int32, next_token [batch] int32)`.
   """
   if greedy is True:
     return _greedy_rule(draft_tokens, p, n_drafted)
@@ -221,7 +237,15 @@ def block_accept_one_hot(draft_tokens, p, n_drafted, greedy, coins, resample_u):
   With q one-hot, P_i = min(1, P_{i−1} · p_i(x_i)), Σ_x r_i(x) = P_i · (1 − p_{i+1}(x_{i+1}))
   for i < m, and r_i is P_i · p_{i+1} with x_{i+1} removed: no `[batch, gamma, vocab]`
   draft distributions are needed. Equal to `block_accept_and_resample` with
-  q = one_hot(draft_tokens). Arguments and returns as there, without q.
+  q = one_hot(draft_tokens). For drafters that propose tokens deterministically (n-gram
+  lookup, copying); the model drafter of today uses the general form.
+
+  Args:
+    draft_tokens: int32 `[batch, gamma]`; p: float32 `[batch, gamma + 1, vocab]`;
+    n_drafted: int32 `[batch]`; greedy, coins `[batch, gamma]`, resample_u `[batch, 2]`:
+      as in `block_accept_and_resample`.
+  Returns:
+    `(n_accepted [batch] int32, next_token [batch] int32)`.
   """
   if greedy is True:
     return _greedy_rule(draft_tokens, p, n_drafted)

@@ -287,6 +287,10 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
       log_prob = s.log_prob + jnp.sum(jnp.where(keep & ~is_forced, token_lp, 0.0), axis=1)
       # α is E[β] under the target's prefixes (paper Def. 3.1, Cor. 3.6): score only the
       # positions whose prefix was accepted — up to and including the first rejection.
+      # Under verification='block' the same positions are scored up to block's accepted
+      # length τ (+1), whose prefixes are the emitted ones: β is the same quantity (a
+      # property of p and q), but which positions get scored follows the rule, so α
+      # estimates from the two rules differ a little on the same text.
       n_scored = jnp.minimum(n_acc + 1, n_drafted)
       scored = ((steps[None, :gamma] < n_scored[:, None]) & ~is_forced[:, :gamma] &
                 active[:, None])

@@ -14,7 +14,10 @@ Where the cache lives, in order:
   3. the per-user default `$XDG_CACHE_HOME/specdec_jax/jax_compilation_cache`
      (`~/.cache/...` when XDG_CACHE_HOME is unset).
 A cache folder someone already gave JAX (`jax.config.jax_compilation_cache_dir`, e.g.
-T5X's own flag) is kept as it is, unless `setting` names a folder or turns the cache off.
+T5X's own flag) is kept as it is, unless `setting` names a folder or turns the cache off
+(then no persistent cache is used in this process: "compile everything anew"). An
+explicit setting is remembered: a later `enable(None)` in the same process (e.g. the T5X
+model class built by the decode job from a model gin) keeps that decision.
 
 Entries go to a subfolder per JAX / jaxlib version (`jax-0.10.2-jaxlib-0.10.2`), so a
 cache written by another JAX version is never read (one warning says it is ignored). A
@@ -29,7 +32,7 @@ import logging
 import os
 import pathlib
 import warnings
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import jax
 
@@ -42,6 +45,8 @@ MIN_COMPILE_SECONDS = 0.2
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()
 _enabled_by_us: Optional[str] = None
+_UNDECIDED = object()
+_explicit: Any = _UNDECIDED  # the folder (or None: off) an explicit setting chose
 
 
 def _warn_once(message: str) -> None:
@@ -56,9 +61,15 @@ def version_tag() -> str:
   return f'jax-{jax.__version__}-jaxlib-{getattr(jaxlib, "__version__", "unknown")}'
 
 
-def default_dir() -> pathlib.Path:
-  """`$XDG_CACHE_HOME/specdec_jax/jax_compilation_cache` (XDG default `~/.cache`)."""
-  base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+def default_dir() -> Optional[pathlib.Path]:
+  """`$XDG_CACHE_HOME/specdec_jax/jax_compilation_cache` (XDG default `~/.cache`); None
+  when neither XDG_CACHE_HOME nor a home folder is known (the cache is then off)."""
+  base = os.environ.get('XDG_CACHE_HOME')
+  if not base:
+    home = os.path.expanduser('~')
+    if home == '~' or not os.path.isabs(home):
+      return None
+    base = os.path.join(home, '.cache')
   return pathlib.Path(base) / 'specdec_jax' / 'jax_compilation_cache'
 
 
@@ -67,7 +78,8 @@ def resolve(setting: Union[None, bool, str, os.PathLike] = None) -> Optional[pat
   None when the cache is turned off (`setting` False / an off word, or the variable).
 
   Raises:
-    TypeError: `setting` is True or not a path (True means "the default": pass None).
+    TypeError: `setting` is True or not None / bool / str / PathLike (True means "the
+      default": pass None).
   """
   if setting is False:
     return None
@@ -79,34 +91,47 @@ def resolve(setting: Union[None, bool, str, os.PathLike] = None) -> Optional[pat
     if env is None:
       return default_dir()
     setting = env
+  if not isinstance(setting, (str, os.PathLike)):
+    raise TypeError(f'compilation_cache must be None, False, "off" or a folder path, got '
+                    f'{setting!r}.')
   text = os.fspath(setting)
   if text.strip().lower() in OFF_WORDS or not text.strip():
     return None
-  return pathlib.Path(text).expanduser()
+  try:
+    return pathlib.Path(text).expanduser()
+  except RuntimeError:  # "~user" with no such user / no home: use the path as written
+    return pathlib.Path(text)
 
 
 def enable(setting: Union[None, bool, str, os.PathLike] = None) -> Optional[str]:
   """Turns JAX's persistent compilation cache on; returns the folder used, or None.
 
   Args:
-    setting: None (the environment variable, else the per-user default; a folder
-      already set in `jax.config` is kept), a folder, or False / 'off' (no cache: JAX's
-      setting is left as it is unless we set it earlier in this process).
+    setting: None (an explicit setting made earlier in this process, else a folder
+      already set in `jax.config`, else the environment variable, else the per-user
+      default), a folder, or False / 'off' (no persistent cache in this process).
   Returns:
     The versioned folder entries are read from and written to, or None when off.
   Raises:
     TypeError: `setting` is True or of the wrong type (see `resolve`).
   """
-  global _enabled_by_us
+  global _enabled_by_us, _explicit
   current = jax.config.jax_compilation_cache_dir
+  if setting is None and _explicit is not _UNDECIDED:
+    return _explicit  # an explicit choice made earlier in this process stands
   if setting is None and current and current != _enabled_by_us:
     return current  # someone else (a user, T5X) chose the folder: keep it
   root = resolve(setting)
+  if setting is not None:
+    _explicit = None  # updated below once a folder is in use
   if root is None:
-    if _enabled_by_us is not None and current == _enabled_by_us:
+    if setting is None and default_dir() is None and ENV_VAR not in os.environ:
+      _warn_once('JAX compilation cache off: no home folder or XDG_CACHE_HOME to put it in; '
+                 f'set {ENV_VAR} to a writable folder.')
+    if current:  # off: no persistent cache in this process, whoever set the folder
       jax.config.update('jax_compilation_cache_dir', None)
       _reset_jax_cache()
-      _enabled_by_us = None
+    _enabled_by_us = None
     return None
   folder = root / version_tag()
   try:
@@ -116,12 +141,12 @@ def enable(setting: Union[None, bool, str, os.PathLike] = None) -> Optional[str]
     probe.unlink()
     if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
       raise PermissionError(f'no read/write access to {folder}')
+    others = sorted(p.name for p in root.iterdir()
+                    if p.name.startswith('jax-') and p.name != folder.name and p.is_dir())
   except OSError as e:
     _warn_once(f'JAX compilation cache off: cannot use {folder} ({e}); every run compiles '
                f'anew. Set {ENV_VAR} to a writable folder, or to "off" to silence this.')
     return None
-  others = sorted(p.name for p in root.iterdir()
-                  if p.is_dir() and p.name.startswith('jax-') and p.name != folder.name)
   if others:
     _warn_once(f'JAX compilation cache: entries of other JAX versions in {root} are ignored '
                f'({", ".join(others)}); delete those folders to free the space.')
@@ -132,6 +157,8 @@ def enable(setting: Union[None, bool, str, os.PathLike] = None) -> Optional[str]
   if jax.config.jax_persistent_cache_min_compile_time_secs > MIN_COMPILE_SECONDS:
     jax.config.update('jax_persistent_cache_min_compile_time_secs', MIN_COMPILE_SECONDS)
   _enabled_by_us = str(folder)
+  if setting is not None:
+    _explicit = str(folder)
   _log.info('JAX compilation cache: %s', folder)
   return str(folder)
 

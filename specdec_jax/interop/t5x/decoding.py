@@ -173,7 +173,7 @@ def temperature_sample(inputs, cache, tokens_to_logits: Callable, eos_id: int,
     `(decodes [batch, num_decodes, max_decode_len] int32, log_probs [batch,
     num_decodes] float32)`, sorted by log-prob ascending (best last), 0 after EOS:
     the same output as `specdec_jax.decoding.temperature_sample` on the prompt
-    without its BOS (`t5x_features.t5x_prompt_to_ours(inputs)`).
+    without its BOS (`interop.t5x.features.t5x_prompt_to_ours(inputs)`).
   Raises:
     ValueError (before compiling): bad shapes, callbacks given, a traced
       `max_decode_steps` or one beyond `max_decode_len`, and `decoding`'s own checks.

@@ -27,9 +27,9 @@ When `t5x` is importable the class subclasses `t5x.models.EncoderDecoderModel`
 k-token cached decoder speculative decoding needs). T5X checkpoints of T5 1.0 / 1.1
 load into it unchanged.
 
-The module's pieces: losses `t5x_losses`, feature and prompt-layout conventions
-`t5x_features`, vocabulary checks `t5x_vocab`, the base class `t5x_base`, T5X
-`decode_fn`s `t5x_decoding`; their public names are re-exported here.
+Its pieces, beside it in `specdec_jax.interop.t5x`: losses `losses`, feature and
+prompt-layout conventions `features`, vocabulary checks `vocab`, the base class `base`,
+T5X `decode_fn`s `decoding`; their public names are re-exported here.
 """
 
 from __future__ import annotations
