@@ -30,7 +30,18 @@ from specdec_jax.interop.t5x.model import SpeculativeEncoderDecoderModel
 REPO = pathlib.Path(__file__).resolve().parent.parent
 MAX_LEN = 8
 ENC = np.array([[5, 6, 7, 8, 9, 1], [11, 12, 13, 1, 0, 0], [14, 1, 0, 0, 0, 0]], np.int32)
-TINY_T5X = REPO.parent / 'shared' / 'data' / 't5x_checkpoints' / 'test_t5_tiny.checkpoint_0'
+
+
+def _tiny_t5x() -> pathlib.Path:
+  """T5X's test checkpoint in the shared data (`$SPECDEC_DATA`, else ../shared/data)."""
+  from specdec_jax.util import paths  # pylint: disable=g-import-not-at-top
+  try:
+    return paths.data_dir() / 't5x_checkpoints' / 'test_t5_tiny.checkpoint_0'
+  except FileNotFoundError:  # no data folder: the tests that need it are skipped
+    return REPO.parent / 'shared' / 'data' / 't5x_checkpoints' / 'test_t5_tiny.checkpoint_0'
+
+
+TINY_T5X = _tiny_t5x()
 
 
 class FakeVocab:
