@@ -707,3 +707,25 @@ def test_block_verification_binding(pair, tmp_path, capsys):
   err = capsys.readouterr().err
   assert rc == 2 and "decode.verification must be 'token'" in err, err
   assert not (tmp_path / 'x.jsonl').exists()
+
+
+def test_unusable_cache_folder_is_one_warning_line_and_errors_come_first(pair, tmp_path, capsys):
+  """--compilation_cache_dir under a regular file: one `warning:` line, the job runs (exit 0);
+  with a configuration error as well, only the error is printed (exit 2)."""
+  gin_file, _ = pair
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('not a folder')
+  inp = _tsv(tmp_path)
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{tmp_path / 'o.jsonl'}'")
+                       + [f'--compilation_cache_dir={blocker / "cache"}'])
+  err = capsys.readouterr().err
+  assert rc == 0, err
+  lines = [line for line in err.splitlines() if 'compilation cache' in line]
+  assert len(lines) == 1 and lines[0].startswith('warning: JAX compilation cache off'), err
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{tmp_path / 'x.jsonl'}'",
+                             "decode.verification='blocks'")
+                       + [f'--compilation_cache_dir={blocker / "other"}'])
+  err = capsys.readouterr().err
+  assert rc == 2 and 'compilation cache' not in err and 'decode.verification' in err, err

@@ -422,7 +422,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       exit_status='3 the demo pair is not shipped', compilation_cache_flags=True)
 
   def configure():
-    compile_cache.enable(f.compilation_cache)
+    compile_cache.enable(f.compilation_cache, warn=flags.print_warning)
     return benchmark(compilation_cache=f.compilation_cache)
 
   return flags.run_cli(

@@ -77,13 +77,14 @@ def run(argv: Sequence[str]) -> dict:
 
 def _configure(compilation_cache: Optional[str] = None):
   """Starts `jax.distributed` when the environment asks (before any JAX backend is
-  used), turns JAX's persistent compilation cache on (`compile_cache.enable`), then
-  validates and loads the job (`job.decode(prepare_only=True)`)."""
+  used), validates and loads the job (`job.decode(prepare_only=True)`), then turns JAX's
+  persistent compilation cache on (`compile_cache.enable`; nothing is compiled before)."""
   from specdec_jax.generate import compile_cache  # pylint: disable=g-import-not-at-top
   from specdec_jax.sharding import distributed  # pylint: disable=g-import-not-at-top
   distributed.initialize_from_env()
-  compile_cache.enable(compilation_cache)
-  return job.decode(prepare_only=True, check_bindings=True)
+  prepared = job.decode(prepare_only=True, check_bindings=True)  # config errors come first
+  compile_cache.enable(compilation_cache, warn=flags.print_warning)
+  return prepared
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

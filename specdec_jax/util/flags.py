@@ -266,6 +266,11 @@ def clean_message(error: BaseException) -> str:
   return '\n'.join(lines).strip()
 
 
+def print_warning(msg: str) -> None:
+  """One `warning: …` line on stderr (the jobs' style for a problem that is not an error)."""
+  print(f'warning: {msg}', file=sys.stderr, flush=True)
+
+
 def print_error(prog: str, msg: str) -> None:
   print(f'{prog}: error: {msg}', file=sys.stderr, flush=True)
 
