@@ -3,13 +3,18 @@ r"""Exports the trained demo pair into `specdec_jax/assets/demo_ende/` (T5X lega
   python scripts/export_demo.py --target_run=runs/target_ende_v3 --draft_run=runs/draft_ende_v3_qls \
       [--out=specdec_jax/assets/demo_ende] [--dtype=bfloat16]
   python scripts/export_demo.py --target_run= --draft_run=runs/draft_ende_v31   # new draft only
+  python scripts/export_demo.py --target_run=runs/gec_corrector --draft_run=none \
+      --out=specdec_jax/assets/gec_en --task='English grammatical error correction (synthetic errors)' \
+      --input_prefix='fix grammar: '   # a target-only pair (model-free drafters)
 
 Writes `<out>/target/checkpoint_<step>/` and `<out>/draft/checkpoint_<step>/` with
 `specdec_jax.checkpoints.save_t5x_checkpoint` (TensorStore/zarr arrays beside the msgpack,
 as T5X does), a `config.json` (T5Config) next to each, and `<out>/pair.json` recording both
 configs, the vocabulary and the training summaries. `--target_run=` (empty) or
 `--draft_run=` keeps that model as shipped, with its `pair.json` entry (e.g. a new draft
-for the shipped target). Every run is checked before any folder is replaced; each model
+for the shipped target). `--draft_run=none` writes a pair without a draft (for the
+model-free drafters: lookup, tables); the vocabulary is copied into `<out>/vocab/` when
+it is not there. Every run is checked before any folder is replaced; each model
 folder is written beside its destination and swapped in (two renames; an interrupted swap
 is undone by the next export) only once it loads back onto its config; `pair.json` is
 written atomically.
@@ -71,19 +76,26 @@ def main(argv=None):
   p.add_argument('--draft_run', default='runs/draft_ende_v3_qls')
   p.add_argument('--out', default='specdec_jax/assets/demo_ende')
   p.add_argument('--dtype', default='bfloat16')
+  p.add_argument('--task', default='translate English to German (Multi30K)')
+  p.add_argument('--input_prefix', default='translate English to German: ')
+  p.add_argument('--vocab', default='specdec_jax/assets/demo_ende/vocab/ende8k.model')
   args = p.parse_args(argv)
   dtype = jnp.dtype(args.dtype).type
   out = pathlib.Path(args.out)
-  pair = {'task': 'translate English to German (Multi30K)',
-          'input_prefix': 'translate English to German: ',
-          'vocabulary': {'path': 'vocab/ende8k.model', 'extra_ids': 100,
+  pair = {'task': args.task,
+          'input_prefix': args.input_prefix,
+          'vocabulary': {'path': f'vocab/{pathlib.Path(args.vocab).name}', 'extra_ids': 100,
                          'usage': 'seqio.SentencePieceVocabulary(path, extra_ids=100)'},
           'storage_dtype': args.dtype, 'eos_id': 1, 'pad_id': 0}
   from specdec_jax.util import atomic
   previous = {}
   if (out / 'pair.json').is_file():
     previous = json.loads((out / 'pair.json').read_text())
-  roles = (('target', args.target_run), ('draft', args.draft_run))
+  roles = (('target', args.target_run),) + (
+      () if args.draft_run == 'none' else (('draft', args.draft_run),))
+  if not (out / 'vocab' / pathlib.Path(args.vocab).name).is_file():
+    (out / 'vocab').mkdir(parents=True, exist_ok=True)
+    shutil.copy(args.vocab, out / 'vocab' / pathlib.Path(args.vocab).name)
   for role, run in roles:  # every check before any folder is replaced
     if not run:
       if role not in previous or f'{role}_config' not in previous:

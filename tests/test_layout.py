@@ -30,8 +30,9 @@ ALLOWED = {
     'sharding': {'sharding', 'decoding', 'models'},
     'generate': {'generate', 'decoding', 'models', 'sharding'},
     'text': {'text', 'util'},
+    'drafters': {'drafters', 'text', 'util'},  # model-free drafters' tables and files
     'interop': {'interop', 'decoding', 'models', 'generate', 'sharding', 'checkpoints', 'text',
-                'util'},
+                'util', 'drafters'},
     'configs': set(),
     '__init__': set(),  # specdec_jax/__init__.py imports nothing of its own
 }

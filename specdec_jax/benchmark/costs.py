@@ -114,7 +114,9 @@ def step_costs(models, tokens, max_decode_len, gammas, iters: int) -> dict:
 
   target = timings(models.target_model, models.target_params,
                    sorted({1} | {g + 1 for g in gammas}))
-  draft = timings(models.draft_model, models.draft_params, [1])
+  # A pair without a draft model (model-free drafters only): c = 0.
+  draft = ({1: 0.0} if models.draft_model is None
+           else timings(models.draft_model, models.draft_params, [1]))
   t1 = target[1]
   return dict(target_step_s={str(k): v for k, v in target.items()},
               draft_step_s=draft[1],
@@ -131,6 +133,9 @@ def encoder_costs(models, tokens, max_decode_len: int, gammas, iters: int) -> di
   out = {}
   for role in ('target', 'draft'):
     model, params = getattr(models, f'{role}_model'), getattr(models, f'{role}_params')
+    if model is None:  # no draft model: nothing to encode
+      out[f'{role}_s'] = 0.0
+      continue
     fn = jax.jit(lambda p, x, model=model: t5.encode_and_init_cache(model, p, x, length))
     x = jnp.asarray(tokens)
     out[f'{role}_s'] = _median_time(lambda fn=fn, p=params: fn(p, x), iters)

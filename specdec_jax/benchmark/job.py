@@ -159,6 +159,10 @@ def benchmark(output_dir: str = 'out/benchmark',
               verifications: Sequence[str] = ('token',),
               topk: int = 0,
               topp: float = 0.0,
+              drafters: Sequence[str] = ('model',),
+              lookup_max_ngram: int = 4,
+              lookup_min_ngram: int = 1,
+              leniences: Sequence[float] = (1.0,),
               startup: Optional[bool] = None,
               compilation_cache=None,
               quick: bool = False) -> dict:
@@ -173,6 +177,15 @@ def benchmark(output_dir: str = 'out/benchmark',
   round-robin (`verification_results`; at temperature 0 both rules give the same tokens,
   so no block rows are run there). `topk` / `topp` standardize both methods' sampling
   (the cost model's per-phase costs are measured without them).
+
+  `drafters` (`generate.t5.resolve_drafter`'s names: 'model', 'lookup', 'lookup+model',
+  'bigram', 'unigram') times every γ with each drafter in the same round-robin; the
+  model's rows are the main table, the others `drafter_results` (α, tokens per target
+  call, speed, identical at T = 0, the cost model with c = 0 for model-free drafters).
+  Table drafters read `<pair folder>/<name>.npz`. Without 'model' and 'lookup+model' no
+  draft model is loaded (a target-only pair works; no start-up or HF peer then).
+  `leniences` adds, at every temperature > 0, rows of the first drafter with each
+  lenience l < 1 (paper Appendix A.5, Table 5): NOT exact, and marked so.
 
   `startup` measures start-up with JAX's persistent compilation cache cold and warm
   (`benchmark/startup.py`: two child processes on a fresh cache folder, batch 1, T = 0,
@@ -227,6 +240,22 @@ def benchmark(output_dir: str = 'out/benchmark',
     sampling.validate_sampling_args(1.0, topk, topp)
   except ValueError as e:
     raise BenchmarkConfigError(f'benchmark.topk / topp: {e}') from e
+  from specdec_jax.decoding import drafters as drafters_lib  # pylint: disable=g-import-not-at-top
+  if (not isinstance(drafters, (list, tuple)) or not drafters
+      or any(d not in drafters_lib.DRAFTERS for d in drafters)):
+    raise BenchmarkConfigError(
+        f'benchmark.drafters must be a non-empty tuple of {drafters_lib.DRAFTERS}, e.g. '
+        f'--gin.benchmark.drafters="(\'model\', \'lookup\')"; got {drafters!r}.')
+  try:
+    drafters_lib.LookupDrafter(lookup_max_ngram, lookup_min_ngram)
+    if not isinstance(leniences, (list, tuple)) or not leniences:
+      raise ValueError(f'leniences must be a non-empty tuple, got {leniences!r}')
+    for lenience in leniences:
+      accept.check_lenience(lenience)
+  except ValueError as e:
+    raise BenchmarkConfigError(f'benchmark.{e}') from e
+  drafters = tuple(drafters)
+  need_draft = 'model' in drafters or 'lookup+model' in drafters
   settings = dict(num_sentences=num_sentences, gammas=tuple(gammas),
                   batch_sizes=tuple(batch_sizes), temperatures=tuple(temperatures),
                   repeats=repeats, hf_peer=hf_peer, step_timing_iters=step_timing_iters,
@@ -238,7 +267,7 @@ def benchmark(output_dir: str = 'out/benchmark',
     plan = sharding.plan_from(mesh_shape, draft_sharding=draft_sharding)
   except ValueError as e:
     raise BenchmarkConfigError(f'benchmark.mesh_shape / draft_sharding: {e}') from e
-  if plan is not None:
+  if plan is not None or not need_draft:
     settings['hf_peer'] = False
     settings['startup'] = False
   s = settings
@@ -247,8 +276,18 @@ def benchmark(output_dir: str = 'out/benchmark',
   t_start = time.perf_counter()
   pair, vocab, models = load_pair(pair_dir, target_config, draft_config, target_checkpoint,
                                   draft_checkpoint, vocab_path, extra_ids, checkpoint_dtype,
-                                  plan)
+                                  plan, need_draft=need_draft)
   eos = vocab.eos_id
+  tables = {}
+  for name in drafters:
+    if name in ('bigram', 'unigram'):
+      from specdec_jax.drafters import tables as tables_lib  # pylint: disable=g-import-not-at-top
+      if pair.folder is None:
+        raise BenchmarkConfigError(f'benchmark.drafters has {name!r} but the pair has no '
+                                   f'folder holding {name}.npz; bind benchmark.pair_dir.')
+      ids, log_probs, _ = tables_lib.load(pathlib.Path(pair.folder) / f'{name}.npz',
+                                          models.target_model.config.vocab_size)
+      tables[name] = (ids, log_probs)
   data = []
   for name, path in datasets:
     records = read_sentences(path, s['num_sentences'])
@@ -261,13 +300,17 @@ def benchmark(output_dir: str = 'out/benchmark',
                     input_length_buckets=list(input_length_buckets),
                     max_decode_len=max_decode_len, seed=seed, prefix=prefix,
                     baseline_sampler=baseline_sampler, verifications=list(verifications),
-                    topk=topk, topp=topp,
+                    topk=topk, topp=topp, drafters=list(drafters),
+                    lookup_ngram=[lookup_min_ngram, lookup_max_ngram],
+                    leniences=list(leniences),
                     datasets=[dict(name=n, path=p, sentences=len(e)) for n, p, e in data]),
       pair=dict(name=pair.name, target_config=config_dict(models.target_model.config),
-                draft_config=config_dict(models.draft_model.config),
+                draft_config=(None if models.draft_model is None
+                              else config_dict(models.draft_model.config)),
                 target_checkpoint=pair.target_checkpoint,
                 draft_checkpoint=pair.draft_checkpoint),
       machine=machine(), settings_results=[], policy_results=[], verification_results=[],
+      drafter_results=[],
       step_costs={},
       compilation_cache=dict(setting=compilation_cache,
                              folder=_jax_cache_dir()),
@@ -297,7 +340,18 @@ def benchmark(output_dir: str = 'out/benchmark',
         base = Runner(models, batches, method='baseline', gamma=None,
                       sampler=baseline_sampler, **common)
         specs = [Runner(models, batches, method='speculative', gamma=g, **common)
-                 for g in s['gammas']]
+                 for g in s['gammas']] if 'model' in drafters else []
+        lookup_spec = drafters_lib.LookupDrafter(lookup_max_ngram, lookup_min_ngram)
+        others = [Runner(models, batches, method='speculative', gamma=g,
+                         drafter=_drafter_arg(d, lookup_spec), ngram_table=tables.get(d),
+                         **common)
+                  for d in drafters if d != 'model' for g in s['gammas']]
+        lenient = [Runner(models, batches, method='speculative', gamma=g,
+                          drafter=_drafter_arg(drafters[0], lookup_spec),
+                          ngram_table=tables.get(drafters[0]), lenience=float(lenience),
+                          **common)
+                   for lenience in leniences if lenience != 1.0
+                   for g in s['gammas']] if float(temp) > 0 else []
         adaptive = [Runner(models, batches, method='speculative', gamma=max(s['gammas']),
                            policy=rows_lib.policy_for(name, costs, temp, max(s['gammas']),
                                           confidence_threshold), **common)
@@ -305,13 +359,26 @@ def benchmark(output_dir: str = 'out/benchmark',
         blocks = [Runner(models, batches, method='speculative', gamma=g,
                          verification='block', **common)
                   for g in s['gammas']] if 'block' in verifications and float(temp) > 0 else []
-        for r in [base] + specs + adaptive + blocks:
+        if not specs:
+          adaptive = blocks = []  # policies and block rows compare against the model draft
+        runners = [base] + specs + adaptive + blocks + others + lenient
+        for r in runners:
           r.warm_up()
         for _ in range(s['repeats']):
-          for r in [base] + specs + adaptive + blocks:
+          for r in runners:
             r.run_once()
         rows = [rows_lib.row(dname, bs, temp, base, spec, costs) for spec in specs]
-        rows_lib.mark_best(rows, base, specs, costs)
+        if rows:
+          rows_lib.mark_best(rows, base, specs, costs)
+        for r in others + lenient:
+          row = rows_lib.drafter_row(dname, bs, temp, base, r, costs)
+          results['drafter_results'].append(row)
+          print(f'[{dname} T={temp} B={bs} γ={r.gamma} drafter={row["drafter"]}'
+                + ('' if row['exact'] else f' lenience={row["lenience"]:g} NOT EXACT')
+                + f'] speedup {row["speedup"]:.2f} (pred {row["predicted_speedup_rounds"]:.2f}) '
+                f'α={row["alpha"]:.3f} tok/target call {row["tokens_per_target_call"]:.3f}'
+                + ('' if row['identical'] is None else f' identical={row["identical"]}'),
+                flush=True)
         for row in rows:
           row['verification'] = 'token'
         results['settings_results'].extend(rows)
@@ -335,7 +402,7 @@ def benchmark(output_dir: str = 'out/benchmark',
                 f'{row["speedup"]:.2f}, mean draft length {row["mean_draft_length"]:.2f}, '
                 f'α={row["alpha"]:.3f}' + ('' if row['identical'] is None else
                                            f' identical={row["identical"]}'), flush=True)
-        for row in rows:
+        for row in rows:  # the model draft's rows
           print(f'[{dname} T={temp} B={bs} γ={row["gamma"]}] speedup {row["speedup"]:.2f} '
                 f'(pred {row["predicted_speedup"]:.2f}, eff {row["efficiency"]:.2f}; '
                 f'Thm 3.8 {row["predicted_speedup_thm38"]:.2f}) '
@@ -343,8 +410,9 @@ def benchmark(output_dir: str = 'out/benchmark',
                 f'tok/s {row["baseline_tokens_per_s"]:.1f} → {row["speculative_tokens_per_s"]:.1f}'
                 + ('' if row['identical'] is None else f' identical={row["identical"]}'),
                 flush=True)
-        print(f'[{dname} T={temp} B={bs}] best γ measured {rows[0]["best_gamma"]}, '
-              f'predicted by the cost model {rows[0]["predicted_best_gamma"]}', flush=True)
+        if rows:
+          print(f'[{dname} T={temp} B={bs}] best γ measured {rows[0]["best_gamma"]}, '
+                f'predicted by the cost model {rows[0]["predicted_best_gamma"]}', flush=True)
         if bs == 1 and float(temp) == 0.0:
           jax_greedy[dname] = base.outputs
 
@@ -384,7 +452,7 @@ def benchmark(output_dir: str = 'out/benchmark',
     results['hf_peer'] = dict(skipped=True, note='HF peer disabled (quick mode or '
                               'benchmark.hf_peer=False).')
   t0_rows = [r for r in results['settings_results'] + results['policy_results']
-             if r['temperature'] == 0.0]
+             + results['drafter_results'] if r['temperature'] == 0.0]
   results['identical_at_t0'] = (all(r['identical'] for r in t0_rows) if t0_rows else None)
   results['total_wall_s'] = time.perf_counter() - t_start
   atomic.write_text(out_dir / 'results.json', json.dumps(results, indent=2, default=jsonio.default))
@@ -396,6 +464,17 @@ def benchmark(output_dir: str = 'out/benchmark',
 
 
 benchmark = gin.configurable(benchmark, denylist=['compilation_cache'])
+
+
+def _drafter_arg(name: str, lookup):
+  """The `drafter` a Runner passes to `t5_speculative_generate` for a benchmark name."""
+  from specdec_jax.decoding import drafters as drafters_lib  # pylint: disable=g-import-not-at-top
+  if name == 'lookup':
+    return lookup
+  if name == 'lookup+model':
+    return drafters_lib.LookupThenModel(lookup, drafters_lib.ModelDrafter(None))
+  return name
+
 
 
 def _jax_cache_dir():

@@ -64,6 +64,30 @@ def verification_lines(rows) -> list:
   return lines
 
 
+def drafter_lines(rows) -> list:
+  """Every drafter (and lenient rule) beside the model draft, same run."""
+  if not rows:
+    return []
+  lines = ['', '## Drafters (issue #40) and lenience (paper Appendix A.5)', '',
+           'Same run, same inputs, same baseline. Model-free drafters: c = 0. **pred** uses '
+           'the rounds the loop ran and v at the mean draft length (`rows.drafter_row`). '
+           'Rows with lenience < 1 are **NOT exact** (the output is not the target\'s '
+           'distribution).', '',
+           '| dataset | T | batch | drafter | lenience | exact | γ | spec tok/s | speedup | α | '
+           'accept rate | mean draft len | tok/target call | pred (rounds) | eff. | '
+           'identical (T=0) |', '|' + '---|' * 16]
+  for r in rows:
+    lines.append(
+        f'| {r["dataset"]} | {r["temperature"]:g} | {r["batch_size"]} | {r["drafter"]} | '
+        f'{r["lenience"]:g} | {"yes" if r["exact"] else "**NO**"} | {r["gamma"]} | '
+        f'{_f(r["speculative_tokens_per_s"], ".1f")} | **{_f(r["speedup"])}** '
+        f'[{_f(r["speedup_min"])}–{_f(r["speedup_max"])}] | {_f(r["alpha"], ".3f")} | '
+        f'{_f(r["acceptance_rate"], ".3f")} | {_f(r["mean_draft_length"])} | '
+        f'{_f(r["tokens_per_target_call"])} | {_f(r["predicted_speedup_rounds"])} | '
+        f'{_f(r["efficiency_rounds"])} | {"–" if r["identical"] is None else r["identical"]} |')
+  return lines
+
+
 def startup_lines(st) -> list:
   """The start-up section: compile time with the persistent compilation cache cold / warm."""
   lines = ['', '## Start-up: persistent compilation cache cold and warm', '']
@@ -191,6 +215,7 @@ def markdown(res: dict) -> str:
     lines.append(f'| {r["dataset"]} | {r["temperature"]:g} | {r["batch_size"]} | {r["gamma"]} '
                  f'| {_f(r["baseline_first_call_s"])} | {_f(r["speculative_first_call_s"])} |')
   lines += verification_lines(res.get('verification_results'))
+  lines += drafter_lines(res.get('drafter_results'))
   lines += startup_lines(res.get('startup'))
   hf = res.get('hf_peer') or {}
   lines += ['', '## Hugging Face peer (transformers assisted generation)', '']
@@ -236,6 +261,11 @@ def plot(res: dict, out_dir: pathlib.Path) -> None:
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   rows = res['settings_results']
+  if not rows:  # no model draft in the run: plot the first other drafter's exact rows
+    others = [r for r in res.get('drafter_results') or [] if r['exact']]
+    rows = [r for r in others if r['drafter'] == others[0]['drafter']] if others else []
+  if not rows:
+    return
   temps = sorted({r['temperature'] for r in rows})
   bss = sorted({r['batch_size'] for r in rows})
   dsets = list(dict.fromkeys(r['dataset'] for r in rows))

@@ -123,6 +123,42 @@ def row(dname, bs, temp, base: Runner, spec: Runner, costs: dict) -> dict:
       identical=identical)
 
 
+def drafter_row(dname, bs, temp, base: Runner, spec: Runner, costs: dict) -> dict:
+  """A row of another drafter than the model (or of a lenient rule), same run as `row`.
+
+  Model-free drafters cost no model call (c = 0, no draft encoder), and the lookup drafts
+  a varying number of tokens per round (none without a match) and verifies only the
+  widest row's: its prediction uses the rounds the loop really ran and v at the measured
+  mean draft length (interpolated between the measured v(γ), v(0) = 1), so
+  `predicted_speedup_rounds` / `efficiency_rounds` are this row's cost model.
+  """
+  from specdec_jax.generate import t5 as generate_t5  # pylint: disable=g-import-not-at-top
+  name = generate_t5.drafter_name(generate_t5.resolve_drafter(spec.drafter))
+  model_free = name in ('lookup', 'bigram', 'unigram')
+  if model_free:
+    costs = dict(costs, c=0.0, encoder={n: dict(e, draft_s=0.0)
+                                        for n, e in costs['encoder'].items()})
+  r = row(dname, bs, temp, base, spec, costs)
+  if name in ('lookup', 'lookup+model'):
+    known = sorted([(0, 1.0)] + [(int(g), x) for g, x in costs['v'].items()])
+    v_mean = float(np.interp(r['mean_draft_length'], [g for g, _ in known],
+                             [x for _, x in known]))
+    units = dict(units_for(costs, base.batches, temp, spec.gamma), v=v_mean)
+    if name == 'lookup+model':  # the model drafts only in rounds without a match
+      units['c'] = costs['c'] * r['mean_draft_length'] / spec.gamma
+    pred, _ = _predicted_speedup(base, spec, units, spec.gamma, r['alpha'],
+                                 rounds=spec.rounds)
+    # The α-based predictions assume γ drafts every round: not this drafter's.
+    r.update({k: float('nan') for k in ('predicted_speedup', 'efficiency',
+                                        'predicted_speedup_thm38', 'predicted_speedup_v',
+                                        'efficiency_thm38', 'efficiency_v')})
+    r.update(v=v_mean, predicted_speedup_rounds=pred,
+             efficiency_rounds=r['speedup'] / pred if pred else float('nan'))
+  r.update(drafter=name, lenience=spec.lenience, exact=spec.lenience == 1.0,
+           verification=spec.verification)
+  return r
+
+
 def mark_best(rows, base: Runner, specs, costs) -> None:
   """Measured best γ, and the γ the cost model predicts as best with the setting's α."""
   alpha = ratio(sum(sum(r.stats['alpha_sum']) for r in specs),

@@ -53,9 +53,10 @@ class Models:
 
 
 def load_pair(pair_dir, target_config, draft_config, target_checkpoint, draft_checkpoint,
-              vocab_path, extra_ids, checkpoint_dtype=None, plan=None):
+              vocab_path, extra_ids, checkpoint_dtype=None, plan=None, need_draft=True):
   """(PairSpec, vocabulary, Models) as the decode job resolves them; with a
-  `sharding.ShardingPlan`, the params are restored straight into its shardings."""
+  `sharding.ShardingPlan`, the params are restored straight into its shardings.
+  `need_draft=False` (model-free drafters only) loads no draft: its Models fields are None."""
   import jax  # pylint: disable=g-import-not-at-top
   from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
   from specdec_jax import decode as decode_lib  # pylint: disable=g-import-not-at-top
@@ -63,10 +64,11 @@ def load_pair(pair_dir, target_config, draft_config, target_checkpoint, draft_ch
   pair = decode_lib.resolve_pair(pair_dir, target_config=target_config,
                                  draft_config=draft_config,
                                  target_checkpoint=target_checkpoint,
-                                 draft_checkpoint=draft_checkpoint, vocab_path=vocab_path)
+                                 draft_checkpoint=draft_checkpoint, vocab_path=vocab_path,
+                                 need_draft=need_draft)
   vocab = decode_lib.load_vocabulary(pair.vocab_path, extra_ids)
-  loaded = {}
-  for role in ('target', 'draft'):
+  loaded = {'draft': (None, None)}
+  for role in ('target', 'draft') if need_draft else ('target',):
     cfg = getattr(pair, f'{role}_config')
     params = checkpoints.load_t5x_checkpoint(
         getattr(pair, f'{role}_checkpoint'), cfg,
@@ -106,6 +108,9 @@ class Runner:
   verification: str = 'token'  # speculative rows: 'token' (Algorithm 1) or 'block'
   topk: int = 0
   topp: float = 0.0
+  drafter: str = 'model'  # speculative rows: generate.t5.resolve_drafter's names
+  ngram_table: Any = None  # (ids, log_probs) of a 'bigram' / 'unigram' drafter
+  lenience: float = 1.0  # < 1: NOT exact (paper Appendix A.5)
   times: list = dataclasses.field(default_factory=list)
   first_call_s: Optional[float] = None
   outputs: Optional[list] = None
@@ -125,7 +130,8 @@ class Runner:
     return generate.t5_speculative_generate(
         self.m.target_model, self.m.target_params, self.m.draft_model, self.m.draft_params,
         batch.tokens, self.max_decode_len, self.gamma, real_vocab_size=self.real_vocab_size,
-        draft_policy=self.policy, verification=self.verification, **kw)
+        draft_policy=self.policy, verification=self.verification, drafter=self.drafter,
+        ngram_table=self.ngram_table, lenience=self.lenience, **kw)
 
   def warm_up(self):
     """Compiles (and times) the first call; warms every other input shape untimed."""

@@ -54,7 +54,7 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
            task_name: Optional[str] = None,
            task_split: str = 'test',
            max_examples: Optional[int] = None,
-           prefix: str = TRANSLATE_PREFIX,
+           prefix: Optional[str] = None,
            max_input_len: int = 64,
            on_long_input: str = 'truncate',
            # Decoding.
@@ -62,6 +62,11 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
            gamma: int = 4,
            draft_policy=None,
            verification: str = 'token',
+           drafter: str = 'model',
+           lookup_max_ngram: int = 4,
+           lookup_min_ngram: int = 1,
+           ngram_table_path: Optional[str] = None,
+           lenience: float = 1.0,
            temperature: float = 0.0,
            topk: int = 0,
            topp: float = 0.0,
@@ -96,7 +101,8 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
       no input_path and no task_name → the built-in example sentences.
     task_name, task_split, max_examples: a registered seqio task (e.g.
       'specdec_ende_multi30k') and split; at most max_examples inputs.
-    prefix: prepended to every file input (not to seqio task inputs).
+    prefix: prepended to every file input (not to seqio task inputs); None: the pair's
+      `input_prefix` from pair.json, else 'translate English to German: '.
     max_input_len: the fixed encoder length; longer inputs follow on_long_input
       ('truncate': keep max_input_len − 1 tokens + EOS, warn once; 'error').
     on_long_input: 'truncate' or 'error'.
@@ -110,6 +116,15 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
     verification: 'token' (Algorithm 1, each draft accepted in turn) or 'block' (block
       verification, Sun et al. ICLR 2025: the accepted length decided jointly; exact, at
       least as many tokens per target call; the same tokens at temperature 0).
+    drafter: what drafts (`specdec_jax.decoding.drafters`): 'model' (the draft model),
+      'lookup' (n-gram lookup in the input and the text so far: no draft model needed),
+      'lookup+model' (lookup where it matches, else the draft model), 'bigram' /
+      'unigram' (a table, `ngram_table_path`). Every drafter is exact.
+    lookup_max_ngram, lookup_min_ngram: the lookup's n-gram lengths (longest first).
+    ngram_table_path: the table of 'bigram' / 'unigram' (`specdec_jax.drafters.tables`);
+      None: `<pair folder>/<drafter>.npz`.
+    lenience: l in (0, 1] (paper Appendix A.5); 1 = exact. l < 1 accepts more drafts and
+      is NOT exact: the summary, every output row and the printed summary say so.
     temperature, topk, topp: sampling (0 = greedy; at most one of topk / topp;
       topp = 1 keeps every token).
     batch_size: rows per call (the last batch is padded to it).
@@ -144,8 +159,9 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
       input_field=input_field, target_field=target_field, task_name=task_name,
       task_split=task_split, max_examples=max_examples, prefix=prefix,
       max_input_len=max_input_len, on_long_input=on_long_input, method=method, gamma=gamma,
-      draft_policy=draft_policy, verification=verification,
-      temperature=temperature, topk=topk, topp=topp, batch_size=batch_size,
+      draft_policy=draft_policy, verification=verification, drafter=drafter,
+      lookup_max_ngram=lookup_max_ngram, lookup_min_ngram=lookup_min_ngram,
+      ngram_table_path=ngram_table_path, lenience=lenience, temperature=temperature, topk=topk, topp=topp, batch_size=batch_size,
       max_decode_len=max_decode_len, seed=seed, mesh_shape=mesh_shape,
       logical_axis_rules=logical_axis_rules, draft_sharding=draft_sharding, warmup=warmup,
       progress=progress, print_predictions=print_predictions)
@@ -182,8 +198,17 @@ def _validate_settings(s: dict) -> None:
   from specdec_jax.decoding import accept  # pylint: disable=g-import-not-at-top
   try:
     accept.check_verification(s.get('verification', 'token'))
+    s['lenience'] = accept.check_lenience(s.get('lenience', 1.0),
+                                          s.get('verification', 'token'))
   except ValueError as e:
     raise ValueError(f'decode.{e}') from e
+  from specdec_jax.generate import t5 as generate_t5  # pylint: disable=g-import-not-at-top
+  try:
+    s['drafter_spec'] = generate_t5.resolve_drafter(
+        s.get('drafter', 'model'), s.get('lookup_max_ngram', 4), s.get('lookup_min_ngram', 1))
+  except ValueError as e:
+    raise ValueError(f'decode.drafter: {e}') from e
+  s['drafter'] = generate_t5.drafter_name(s['drafter_spec'])
   if s['on_long_input'] not in inputs_lib.ON_LONG_INPUT:
     raise ValueError(f'decode.on_long_input must be one of {inputs_lib.ON_LONG_INPUT}, '
                      f"got {s['on_long_input']!r}.")
@@ -238,8 +263,8 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
   pair, used, t5x_model = _resolve_model(
       s, target_config=target_config, draft_config=draft_config,
       target_checkpoint=target_checkpoint, draft_checkpoint=draft_checkpoint,
-      vocab_path=vocab_path, need_draft=s['method'] == 'speculative')
-  need_draft = s['method'] == 'speculative'
+      vocab_path=vocab_path, need_draft=_needs_draft(s))
+  need_draft = _needs_draft(s)
   if check_bindings:
     t5x_gin.check_all_bindings_used(used, t5x_model=t5x_model is not None)
   if pair.target_config is None:
@@ -268,6 +293,9 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
       s['input_path'], task_name=s['task_name'], task_split=s['task_split'],
       max_examples=s['max_examples'], input_format=s['input_format'],
       input_field=s['input_field'], target_field=s['target_field'])
+  if s['prefix'] is None:
+    s['prefix'] = pair.input_prefix if pair.input_prefix is not None else TRANSLATE_PREFIX
+  s['ngram_table'] = _ngram_table(s, pair)
   examples = inputs_lib.tokenize(records, input_vocab, prefix=s['prefix'],
                                  max_input_len=s['max_input_len'],
                                  on_long_input=s['on_long_input'])
@@ -276,6 +304,37 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
   if load_models:
     _load_models(prepared, configs, dtype, binding)
   return prepared
+
+
+def _needs_draft(s: dict) -> bool:
+  """Whether the job loads a draft model (speculative decoding with 'model' / 'lookup+model')."""
+  from specdec_jax.generate import t5 as generate_t5  # pylint: disable=g-import-not-at-top
+  return s['method'] == 'speculative' and generate_t5.needs_draft_model(s['drafter_spec'])
+
+
+def _ngram_table(s: dict, pair):
+  """The table of a 'bigram' / 'unigram' drafter (None for other drafters)."""
+  from specdec_jax.decoding import drafters  # pylint: disable=g-import-not-at-top
+  spec = s['drafter_spec']
+  if s['method'] != 'speculative' or not isinstance(spec, drafters.NgramTableDrafter):
+    if s.get('ngram_table_path'):
+      raise ValueError(f"decode.ngram_table_path is set but decode.drafter={s['drafter']!r} "
+                       "uses no table; set decode.drafter='bigram' or 'unigram', or drop it.")
+    return None
+  path = s.get('ngram_table_path')
+  if path is None:
+    if pair.folder is None:
+      raise ValueError(f"decode.drafter={s['drafter']!r} needs decode.ngram_table_path (a "
+                       'table from `python -m specdec_jax.drafters.tables`).')
+    path = str(pathlib.Path(pair.folder) / f"{s['drafter']}.npz")
+  from specdec_jax.drafters import tables  # pylint: disable=g-import-not-at-top
+  ids, log_probs, order = tables.load(path, pair.target_config.vocab_size)
+  if order != spec.order:
+    raise ValueError(f"decode.ngram_table_path {path!r} holds an order-{order} table but "
+                     f"decode.drafter={s['drafter']!r}; use a "
+                     f"{'bigram' if spec.order == 2 else 'unigram'} table.")
+  s['ngram_table_path'] = path
+  return ids, log_probs
 
 
 def _plan(s: dict):

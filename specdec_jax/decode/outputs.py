@@ -41,7 +41,8 @@ def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):
         p.target_model, p.target_params, p.draft_model, p.draft_params, batch.tokens,
         s['max_decode_len'], s['gamma'], decode_rng=keys, real_vocab_size=p.vocab.vocab_size,
         draft_policy=s.get('draft_policy'), sharding_plan=p.plan,
-        verification=s.get('verification', 'token'), **kwargs)
+        verification=s.get('verification', 'token'), drafter=s.get('drafter_spec'),
+        ngram_table=s.get('ngram_table'), lenience=s.get('lenience', 1.0), **kwargs)
     decodes, stats = jax.device_get((decodes, stats))
     out = {k: np.asarray(getattr(stats, k))[:, 0]
            for k in ('target_calls', 'drafted', 'accepted', 'alpha_sum', 'alpha_count', 'tokens')}
@@ -88,6 +89,8 @@ def run_decode(p: Prepared) -> dict:
     predictions, references = [], []
     batch_times = []
     shown = []
+    speculative = s['method'] == 'speculative'
+    exact = not speculative or s.get('lenience', 1.0) == 1.0
     t_run = time.perf_counter()
     with out_file, tqdm(total=n_batches, unit='batch', disable=not show, file=sys.stderr,
                         dynamic_ncols=True) as bar:
@@ -104,6 +107,8 @@ def run_decode(p: Prepared) -> dict:
             rec[key] = int(stats[key][row])
           if ex.truncated:
             rec['truncated'] = True
+          if not exact:
+            rec['exact'] = False  # lenience < 1: not the target's distribution
           out_file.write(json.dumps(rec, ensure_ascii=False) + '\n')
           for key in totals:
             totals[key] += stats[key][row].item()
@@ -122,7 +127,13 @@ def run_decode(p: Prepared) -> dict:
         'method': s['method'],
         'pair': p.pair.name,
         'target_checkpoint': p.pair.target_checkpoint,
-        'draft_checkpoint': p.pair.draft_checkpoint if s['method'] == 'speculative' else None,
+        'draft_checkpoint': p.pair.draft_checkpoint if speculative else None,
+        'drafter': s.get('drafter', 'model') if speculative else None,
+        'ngram_table_path': s.get('ngram_table_path') if speculative else None,
+        'lookup_ngram': ((s.get('lookup_min_ngram'), s.get('lookup_max_ngram'))
+                         if speculative and 'lookup' in s.get('drafter', 'model') else None),
+        'lenience': s.get('lenience', 1.0) if speculative else None,
+        'exact': exact,
         'vocab_path': p.pair.vocab_path,
         'input': (f"task:{s['task_name']}[{s['task_split']}]" if s['task_name']
                   else str(s['input_path'] or inputs_lib.EXAMPLES_PATH)),
@@ -206,7 +217,11 @@ def print_summary(summary: dict, stream=None) -> None:
           f", draft_policy={summary['draft_policy']['kind']})"
           if (summary.get('draft_policy') or {}).get('kind', 'constant') != 'constant'
           else ')') if summary['gamma'] else '') + (
-              ' [block verification]' if summary.get('verification') == 'block' else '')),
+              ' [block verification]' if summary.get('verification') == 'block' else '') + (
+              f", drafter={summary['drafter']}" if summary.get('drafter') not in (None, 'model')
+              else '')),
+      ('exact', 'yes' if summary.get('exact', True) else
+       f"NO (lenience={summary.get('lenience')}: not the target's distribution)"),
       ('examples', f"{summary['examples']} in {summary['batches']} batch(es) of "
                    f"{summary['batch_size']}"),
       ('compile', f"{fmt(summary['compile_s'], '.2f')} s" + (

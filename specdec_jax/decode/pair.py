@@ -46,6 +46,8 @@ class PairSpec:
   input_vocabulary: Any = None
   eos_id: Optional[int] = None
   draft_dtype: Any = None
+  input_prefix: Optional[str] = None  # pair.json's `input_prefix` (the task prefix)
+  folder: Optional[str] = None  # the pair folder (n-gram tables: `bigram.npz`, ...)
 
 
 def _as_config(value, what: str) -> Optional[T5Config]:
@@ -99,6 +101,7 @@ def resolve_pair(pair_dir: Optional[str], *, target_config=None, draft_config=No
   target_config = _as_config(target_config, 'decode.target_config')
   draft_config = _as_config(draft_config, 'decode.draft_config')
   name = 'custom'
+  input_prefix = folder = None
   if pair_dir:
     loc = _pair_dir_location(pair_dir)
     name = loc.name
@@ -145,8 +148,11 @@ def resolve_pair(pair_dir: Optional[str], *, target_config=None, draft_config=No
       draft_checkpoint = str(loc / 'draft')
     if vocab_path is None:
       vocab_path = str(loc / 'vocab')
+    input_prefix = pair.get('input_prefix')
+    folder = str(loc)
   return PairSpec(name, target_config, draft_config, resolve_path(target_checkpoint),
-                  resolve_path(draft_checkpoint), resolve_path(vocab_path))
+                  resolve_path(draft_checkpoint), resolve_path(vocab_path),
+                  input_prefix=input_prefix, folder=folder)
 
 
 def load_vocabulary(path: Optional[str], extra_ids: int = 100):

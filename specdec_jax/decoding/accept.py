@@ -69,7 +69,24 @@ def greedy_accept(draft_tokens, target_tokens, n_drafted):
   return n_accepted.astype(jnp.int32), next_token.astype(jnp.int32)
 
 
-def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coins, resample_u):
+def check_lenience(lenience, verification: str = 'token') -> float:
+  """Lenience l (paper Appendix A.5) as a float in (0, 1]; 1 is the exact rule.
+
+  Raises:
+    ValueError: l not a number in (0, 1], or l < 1 with verification='block' (block
+      verification's stopping rule is defined for the exact test only).
+  """
+  if (isinstance(lenience, bool) or not isinstance(lenience, (int, float))
+      or not 0.0 < lenience <= 1.0):
+    raise ValueError(f'lenience must be a number in (0, 1] (1 = exact), got {lenience!r}.')
+  if lenience < 1.0 and verification == 'block':
+    raise ValueError(f"lenience={lenience} needs verification='token'; block verification "
+                     'has no lenient form. Use lenience=1 with block.')
+  return float(lenience)
+
+
+def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coins, resample_u,
+                        lenience: float = 1.0):
   """Applies Algorithm 1's acceptance test and draws the next token, per row.
 
   Args:
@@ -86,10 +103,15 @@ def accept_and_resample(draft_tokens, q, p, n_drafted, greedy, coins, resample_u
       `greedy` is True).
     resample_u: float32 `[batch, 2]` uniforms in [0, 1) for the residual / bonus
       sample (`sampling.inverse_cdf`; unused when `greedy` is True).
+    lenience: static float l in (0, 1] (paper Appendix A.5): accept with probability
+      min(1, p/(l·q)) and resample from norm(max(0, p − l·q)). l = 1 is Algorithm 1;
+      l < 1 is NOT exact (more drafts are accepted than the target's distribution allows).
   Returns:
     `(n_accepted [batch] int32, next_token [batch] int32)`.
   """
   gamma = draft_tokens.shape[1]
+  if lenience != 1.0:
+    q = q * lenience
   p_draft = p[:, :gamma]
   p_x = jnp.take_along_axis(p_draft, draft_tokens[..., None], axis=-1)[..., 0]
   q_x = jnp.take_along_axis(q, draft_tokens[..., None], axis=-1)[..., 0]

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from specdec_jax.decoding import accept
-from specdec_jax.decoding import draft
+from specdec_jax.decoding import drafters as drafters_lib
 from specdec_jax.decoding import loop_common
 from specdec_jax.decoding import policies
 from specdec_jax.decoding import sampling
@@ -88,7 +88,8 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
                        real_vocab_size: Optional[int] = None,
                        rescale_log_probs: bool = True, cache_offset: int = 0,
                        prompt_free: bool = False, per_row_greedy: bool = True,
-                       draft_policy=None, verification: str = 'token'):
+                       draft_policy=None, verification: str = 'token', drafter=None,
+                       lenience: float = 1.0):
   """Speculative sampling (Leviathan et al. 2023, Algorithm 1) in one `lax.while_loop`.
 
   Each round, per row: the draft proposes γ tokens (γ single-token cached calls; the
@@ -136,20 +137,33 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
       the accepted length is decided jointly from the same p and q —
       `accept.block_accept_and_resample`); both are exact, 'block' accepts at least as
       many tokens in expectation, and at temperature 0 both are the greedy rule.
+    drafter: None (the draft model: `draft_step_fn` on `draft_cache`) or a drafter from
+      `drafters` (`LookupDrafter`, `NgramTableDrafter`, `LookupThenModel`, or a
+      `ModelDrafter`); `draft_cache` is then the drafter's state and `draft_step_fn` is
+      unused. Any drafter keeps the output exact (Theorem 3.5 holds for any q).
+    lenience: l in (0, 1] (paper Appendix A.5): the acceptance test uses l·q instead of
+      q (accept x when u·l·q(x) < p(x)) and the residual is norm(max(0, p − l·q)).
+      1 (default) is the exact rule; l < 1 accepts more drafts and is NOT exact: the
+      output no longer follows the target's distribution. Token verification only; no
+      effect on greedy rows.
   Returns:
     `(decodes [batch, num_decodes, max_decode_len] int32,
       log_probs [batch, num_decodes] float32, stats SpeculativeStats)`.
   Raises:
     ValueError: before compiling, for γ < 1, a cache shorter than `max_decode_len`,
       topk and topp both set, a negative temperature, bad num_decodes, an unknown
-      verification.
+      verification, a lenience outside (0, 1] or with verification='block'.
   """
   accept.check_verification(verification)
+  lenience = accept.check_lenience(lenience, verification)
   loop_common.check_common(inputs, eos_id, num_decodes, temperature, topk, topp,
                            max_decode_steps)
   gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
   policy = policies.as_policy(draft_policy)
   policies.check_costs(policy.verify_costs(gamma), gamma)
+  if drafter is None:
+    drafter = drafters_lib.ModelDrafter(draft_step_fn, policy if policy.adaptive else None)
+  adaptive_width = policy.adaptive or drafter.adaptive_width
   batch, max_decode_len = inputs.shape
   need = max(max_decode_len, gamma + 1)  # a verify call writes γ + 1 positions
   for name, c in (('target_cache', target_cache), ('draft_cache', draft_cache)):
@@ -166,7 +180,7 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
   keys = loop_common.row_keys(decode_rng, batch, num_decodes)
   inputs = loop_common.expand_batch(jnp.asarray(inputs, jnp.int32), num_decodes)
   target_cache = loop_common.expand_batch(target_cache, num_decodes, cache_offset)
-  draft_cache = loop_common.expand_batch(draft_cache, num_decodes, cache_offset)
+  draft_cache = drafter.expand(draft_cache, num_decodes, cache_offset)
   temp = temperature if static_greedy else loop_common.per_row(temperature, batch,
                                                                num_decodes, jnp.float32)
   if static_greedy:
@@ -214,19 +228,16 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
 
     # Named scopes label each phase in profiles (scripts/profile_round.py).
     draft_forced = None if forced is None else forced[:, :gamma]
+    round_info = drafters_lib.Round(
+        prev=s.prev, cur=s.cur, n=s.n, sequences=s.sequences, n_drafted=n_drafted,
+        forced=draft_forced, uniforms=draft_u, temperature=temp, topk=topk, topp=topp,
+        vocab_size=vocab_size, real_vocab_size=real_vocab_size,
+        may_be_greedy=per_row_greedy, active=active)
     with jax.named_scope('draft'):
-      if policy.adaptive:
-        draft_tokens, q, n_drafted, draft_cache = draft.draft_block_adaptive(
-            draft_step_fn, s.draft_cache, s.prev, s.cur, s.n, gamma, n_drafted, vocab_size,
-            temp, topk, topp, draft_u, draft_forced, real_vocab_size,
-            may_be_greedy=per_row_greedy,
-            threshold=policy.threshold if policy.kind == 'confidence' else None)
-      else:
-        draft_tokens, q, draft_cache = draft.draft_block(
-            draft_step_fn, s.draft_cache, s.prev, s.cur, s.n, gamma, vocab_size, temp, topk,
-            topp, draft_u, draft_forced, real_vocab_size, may_be_greedy=per_row_greedy)
+      draft_tokens, q, n_drafted, draft_cache = drafter.draft(s.draft_cache, round_info,
+                                                              gamma)
     with jax.named_scope('verify'):
-      if policy.adaptive:
+      if adaptive_width:
         width = jnp.max(jnp.where(active, n_drafted, 0)) + 1
         logits, target_cache = verify.verify_block_adaptive(
             target_step_fn, s.target_cache, s.cur, s.n, draft_tokens, width)
@@ -249,9 +260,15 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
         p = sampling.probs_from_logits(std_p)
         if forced is not None:
           p = jnp.where((forced > 0)[..., None], jax.nn.one_hot(forced, p.shape[-1]), p)
-        rule = (accept.block_accept_and_resample if verification == 'block'
-                else accept.accept_and_resample)
-        n_acc, next_token = rule(draft_tokens, q, p, n_drafted, greedy, coins, resample_u)
+        if verification == 'block' and drafter.deterministic:  # q one-hot: closed form
+          n_acc, next_token = accept.block_accept_one_hot(draft_tokens, p, n_drafted, greedy,
+                                                          coins, resample_u)
+        elif verification == 'block':
+          n_acc, next_token = accept.block_accept_and_resample(
+              draft_tokens, q, p, n_drafted, greedy, coins, resample_u)
+        else:
+          n_acc, next_token = accept.accept_and_resample(
+              draft_tokens, q, p, n_drafted, greedy, coins, resample_u, lenience=lenience)
         beta = accept.acceptance_probability(p[:, :gamma], q)
 
     with jax.named_scope('commit'):
@@ -297,6 +314,7 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
       done = s.done | (active & (hit_eos | (n_new >= limit)))
       alpha_sum = s.alpha_sum + jnp.sum(jnp.where(scored, beta, 0.0), axis=1)
       alpha_count = s.alpha_count + jnp.sum(scored, axis=1)
+      draft_cache = drafter.after_round(draft_cache, round_info, n_new, n_acc)
       budget = s.budget
       if policy.adaptive:
         budget = jnp.where(active, policies.next_budget(policy, gamma, s.budget, n_drafted,

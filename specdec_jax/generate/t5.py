@@ -19,6 +19,7 @@ import numpy as np
 
 from specdec_jax import decoding
 from specdec_jax.decoding import accept
+from specdec_jax.decoding import drafters as drafters_lib
 from specdec_jax.decoding import policies
 from specdec_jax.decoding import sampling
 from specdec_jax.generate import xla_options
@@ -169,32 +170,95 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
     'target_model', 'draft_model', 'max_decode_len', 'gamma', 'eos_id', 'num_decodes',
     'topk', 'topp', 'static_temperature', 'max_decode_steps', 'real_vocab_size',
     'rescale_log_probs', 'prompt_free', 'per_row_greedy', 'draft_policy', 'sharding_plan',
-    'verification'))
+    'verification', 'drafter', 'lenience'))
 def _speculative_generate(target_model, target_params, draft_model, draft_params,
                           encoder_input_tokens, draft_encoder_input_tokens, decoder_prompt,
                           decode_rng, temperature, *, topp, max_decode_len, gamma, eos_id,
                           num_decodes, topk, static_temperature, max_decode_steps,
                           real_vocab_size, rescale_log_probs, prompt_free=False,
                           per_row_greedy=True, draft_policy=None, sharding_plan=None,
-                          verification='token'):
+                          verification='token', drafter=None, lenience=1.0,
+                          lookup_source=None, ngram_table=None):
   length = cache_length(max_decode_len, gamma)
   target_cache = t5.encode_and_init_cache(target_model, target_params,
                                           encoder_input_tokens, length)
-  draft_cache = t5.encode_and_init_cache(draft_model, draft_params,
-                                         draft_encoder_input_tokens, length)
   if sharding_plan is not None:
     target_cache = sharding_plan.constrain_cache(target_cache, 'target')
-    draft_cache = sharding_plan.constrain_cache(draft_cache, 'draft')
+  draft_cache = draft_step = None
+  if drafter is None or isinstance(drafter, drafters_lib.LookupThenModel):
+    draft_cache = t5.encode_and_init_cache(draft_model, draft_params,
+                                           draft_encoder_input_tokens, length)
+    if sharding_plan is not None:
+      draft_cache = sharding_plan.constrain_cache(draft_cache, 'draft')
+    draft_step = t5.make_step_fn(draft_model, draft_params)
+  source = encoder_input_tokens if lookup_source is None else lookup_source
+  loop_drafter, state = None, draft_cache
+  if isinstance(drafter, drafters_lib.LookupDrafter):
+    loop_drafter, state = drafter, source
+  elif isinstance(drafter, drafters_lib.NgramTableDrafter):
+    loop_drafter, state = drafter, ngram_table
+  elif isinstance(drafter, drafters_lib.LookupThenModel):
+    loop_drafter = drafters_lib.LookupThenModel(drafter.lookup, drafters_lib.ModelDrafter(
+        draft_step, draft_policy if draft_policy.adaptive else None))
+    state = (source, draft_cache, loop_drafter.initial_valid(source.shape[0]))
   return decoding.speculative_sample(
       decoder_prompt, target_cache, t5.make_step_fn(target_model, target_params),
-      draft_cache, t5.make_step_fn(draft_model, draft_params), eos_id, gamma,
+      state, draft_step, eos_id, gamma,
       vocab_size=target_model.config.vocab_size, decode_rng=decode_rng,
       num_decodes=num_decodes,
       temperature=static_temperature if static_temperature is not None else temperature,
       topk=topk, topp=topp, max_decode_steps=max_decode_steps,
       real_vocab_size=real_vocab_size, rescale_log_probs=rescale_log_probs,
       prompt_free=prompt_free, per_row_greedy=per_row_greedy, draft_policy=draft_policy,
-      verification=verification)
+      verification=verification, drafter=loop_drafter, lenience=lenience)
+
+
+def resolve_drafter(drafter, lookup_max_ngram: int = 4, lookup_min_ngram: int = 1):
+  """A drafter setting → the static drafter spec `_speculative_generate` compiles for.
+
+  Args:
+    drafter: 'model' (or None: the draft model), 'lookup', 'lookup+model', 'bigram',
+      'unigram', or a `decoding.drafters` object (`LookupDrafter`, `NgramTableDrafter`,
+      `LookupThenModel`).
+    lookup_max_ngram, lookup_min_ngram: the lookup's n-gram lengths (for the names).
+  Returns:
+    None for the draft model, else a hashable drafter object (a `LookupThenModel`'s model
+    part is a placeholder, rebuilt with the draft's step function under jit).
+  Raises:
+    ValueError: an unknown name (the message lists the choices) or bad n-gram lengths.
+  """
+  if drafter is None or drafter == 'model':
+    return None
+  if isinstance(drafter, (drafters_lib.LookupDrafter, drafters_lib.NgramTableDrafter)):
+    return drafter
+  if isinstance(drafter, drafters_lib.LookupThenModel):
+    return drafters_lib.LookupThenModel(drafter.lookup, _MODEL_PLACEHOLDER)
+  if drafter in ('bigram', 'unigram'):
+    return drafters_lib.NgramTableDrafter(order=2 if drafter == 'bigram' else 1)
+  if drafter in ('lookup', 'lookup+model'):
+    lookup = drafters_lib.LookupDrafter(max_ngram=lookup_max_ngram, min_ngram=lookup_min_ngram)
+    return (lookup if drafter == 'lookup'
+            else drafters_lib.LookupThenModel(lookup, _MODEL_PLACEHOLDER))
+  raise ValueError(f'drafter must be one of {drafters_lib.DRAFTERS} or a '
+                   f'specdec_jax.decoding.drafters object, got {drafter!r}.')
+
+
+_MODEL_PLACEHOLDER = drafters_lib.ModelDrafter(step_fn=None)
+
+
+def drafter_name(spec) -> str:
+  """'model', 'lookup', 'lookup+model', 'bigram' or 'unigram' for a resolved spec."""
+  if spec is None:
+    return 'model'
+  if isinstance(spec, drafters_lib.NgramTableDrafter):
+    return 'bigram' if spec.order == 2 else 'unigram'
+  return spec.name
+
+
+def needs_draft_model(drafter) -> bool:
+  """Whether a drafter setting uses the draft model ('model', 'lookup+model')."""
+  spec = resolve_drafter(drafter)
+  return spec is None or isinstance(spec, drafters_lib.LookupThenModel)
 
 
 def t5_speculative_generate(target_model: t5.Transformer, target_params,
@@ -206,8 +270,11 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
                             real_vocab_size: Optional[int] = None,
                             draft_encoder_input_tokens=None,
                             rescale_log_probs: bool = True, draft_policy=None,
-                            sharding_plan=None, verification: str = 'token'):
-  """Speculative decoding of a T5 target with a T5 draft (paper Algorithm 1).
+                            sharding_plan=None, verification: str = 'token',
+                            drafter='model', ngram_table=None, lookup_source=None,
+                            lenience: float = 1.0):
+  """Speculative decoding of a T5 target with a T5 draft or a model-free drafter
+  (paper Algorithm 1).
 
   Args:
     target_model, target_params, draft_model, draft_params: the two T5s; they must
@@ -223,6 +290,17 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
       `speculative.speculative_sample`.
     verification: 'token' (Algorithm 1) or 'block' (block verification, Sun et al.
       ICLR 2025); see `speculative.speculative_sample` (static: each compiles its own).
+    drafter: what proposes the drafts (`resolve_drafter`): 'model' (default, the draft
+      model), 'lookup' (n-gram lookup in `lookup_source` and the text so far),
+      'lookup+model' (lookup where it matches, else the draft model), 'bigram' /
+      'unigram' (a table, `ngram_table`), or a `decoding.drafters` object. Drafters
+      without the model take `draft_model = draft_params = None`. Static.
+    ngram_table: `(ids [rows, k] int32, log_probs [rows, k] float32)` for a table
+      drafter (`specdec_jax.drafters.tables.load`).
+    lookup_source: int32 `[batch, S]` the lookup searches besides the text so far;
+      default `encoder_input_tokens` (copying from the input).
+    lenience: l in (0, 1], paper Appendix A.5; 1 (default) is exact, l < 1 is NOT
+      (see `speculative.speculative_sample`). Static.
     sharding_plan: optional `specdec_jax.sharding.ShardingPlan`, as in `t5_generate`;
       the draft is replicated or sharded like the target (`ShardingPlan.draft`). Every
       row keeps the key it has on one device, so outputs do not depend on the mesh.
@@ -240,6 +318,29 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
                          max_decode_steps)
   gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
   accept.check_verification(verification)
+  lenience = accept.check_lenience(lenience, verification)
+  spec = resolve_drafter(drafter)
+  uses_model = spec is None or isinstance(spec, drafters_lib.LookupThenModel)
+  if uses_model and (draft_model is None or draft_params is None):
+    raise ValueError(f"drafter={drafter_name(spec)!r} needs draft_model and draft_params; "
+                     "pass them, or use drafter='lookup' / 'bigram' without a draft model.")
+  if isinstance(spec, drafters_lib.NgramTableDrafter):
+    ngram_table = _check_table(ngram_table, spec, target_model)
+  elif ngram_table is not None:
+    raise ValueError(f'ngram_table is given but drafter={drafter_name(spec)!r} uses none; '
+                     "use drafter='bigram' or 'unigram', or drop ngram_table.")
+  if lookup_source is not None:
+    if spec is None or isinstance(spec, drafters_lib.NgramTableDrafter):
+      raise ValueError('lookup_source is given but the drafter does no lookup; use '
+                       "drafter='lookup' or 'lookup+model'.")
+    if (jnp.ndim(lookup_source) != 2
+        or jnp.shape(lookup_source)[0] != jnp.shape(encoder_input_tokens)[0]):
+      raise ValueError(f'lookup_source has shape {jnp.shape(lookup_source)}; it must be '
+                       '[batch, S] int with the batch of encoder_input_tokens.')
+    if sharding_plan is not None:
+      raise ValueError('lookup_source with a sharding_plan is not supported; the lookup '
+                       'searches encoder_input_tokens by default.')
+    lookup_source = jnp.asarray(lookup_source, jnp.int32)
   draft_tokens = (encoder_input_tokens if draft_encoder_input_tokens is None
                   else draft_encoder_input_tokens)
   if jnp.ndim(draft_tokens) != 2 or jnp.shape(draft_tokens)[0] != jnp.shape(
@@ -249,7 +350,7 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
                      'as encoder_input_tokens.')
   if real_vocab_size is not None:
     for name, m in (('target_model', target_model), ('draft_model', draft_model)):
-      if m.config.vocab_size < real_vocab_size:
+      if m is not None and m.config.vocab_size < real_vocab_size:
         raise ValueError(
             f'{name} has vocab_size {m.config.vocab_size} < real_vocab_size '
             f'{real_vocab_size}: the two models do not share the same token ids; use a '
@@ -264,16 +365,42 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
                 max_decode_steps=max_decode_steps, real_vocab_size=real_vocab_size,
                 rescale_log_probs=rescale_log_probs, prompt_free=decoder_prompt is None,
                 per_row_greedy=_per_row_greedy(temperature),
-                draft_policy=policies.as_policy(draft_policy), verification=verification)
+                draft_policy=policies.as_policy(draft_policy), verification=verification,
+                drafter=spec, lenience=lenience)
+  if not uses_model:
+    draft_model = draft_params = None
   _warn_host_params(target_params=target_params, draft_params=draft_params)
+  traced = dict(lookup_source=lookup_source, ngram_table=ngram_table)
   if sharding_plan is not None:
     from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top
     return sharded.speculative_generate(
         _speculative_generate, sharding_plan, target_model, target_params, draft_model,
         draft_params, encoder_input_tokens, draft_encoder_input_tokens, prompt, decode_rng,
-        temperature, static)
+        temperature, static, traced)
   return _speculative_generate(
       target_model, target_params, draft_model, draft_params,
       jnp.asarray(encoder_input_tokens, jnp.int32),
       jnp.asarray(draft_encoder_input_tokens, jnp.int32), prompt, decode_rng,
-      jnp.asarray(temperature, jnp.float32), **static)
+      jnp.asarray(temperature, jnp.float32), **static, **traced)
+
+
+def _check_table(table, spec, target_model):
+  """`(ids, log_probs)` as device arrays, checked against the target's vocabulary."""
+  if table is None:
+    raise ValueError(f"drafter={drafter_name(spec)!r} needs ngram_table=(ids, log_probs); "
+                     'load one with specdec_jax.drafters.tables.load(path).')
+  try:
+    ids, log_probs = table[0], table[1]
+  except (TypeError, IndexError, KeyError):
+    raise ValueError('ngram_table must be a pair (ids [rows, k] int32, log_probs [rows, k] '
+                     'float32).') from None
+  ids, log_probs = np.asarray(ids), np.asarray(log_probs)
+  rows = 1 if spec.order == 1 else None
+  if ids.ndim != 2 or ids.shape != log_probs.shape or (rows and ids.shape[0] != rows):
+    raise ValueError(f'ngram_table has ids {ids.shape} and log_probs {log_probs.shape}; '
+                     f'a {drafter_name(spec)} table needs equal [rows, k] shapes'
+                     + (' with one row.' if rows else '.'))
+  vocab = target_model.config.vocab_size
+  if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+    raise ValueError(f'ngram_table ids lie outside the target vocabulary [0, {vocab}).')
+  return jnp.asarray(ids, jnp.int32), jnp.asarray(log_probs, jnp.float32)

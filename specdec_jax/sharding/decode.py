@@ -54,10 +54,11 @@ def generate(jitted, plan: ShardingPlan, model, params, encoder_input_tokens, pr
 
 def speculative_generate(jitted, plan: ShardingPlan, target_model, target_params, draft_model,
                          draft_params, encoder_input_tokens, draft_encoder_input_tokens,
-                         prompt, decode_rng, temperature, static: dict):
+                         prompt, decode_rng, temperature, static: dict, traced=None):
   """`generate.t5._speculative_generate` on `plan`'s mesh; host `(decodes, log_probs, stats)`."""
   target_params = shard_params(plan, target_model.config, target_params, 'target')
-  draft_params = shard_params(plan, draft_model.config, draft_params, 'draft')
+  if draft_model is not None:  # model-free drafters carry no draft model
+    draft_params = shard_params(plan, draft_model.config, draft_params, 'draft')
   batch = np.shape(encoder_input_tokens)[0]
   keys = batch_lib.row_keys(decode_rng, batch)
   (tokens, draft_tokens, prompt, keys), temperature, batch = _batch_inputs(
@@ -65,5 +66,5 @@ def speculative_generate(jitted, plan: ShardingPlan, target_model, target_params
              np.asarray(draft_encoder_input_tokens, np.int32), np.asarray(prompt), keys],
       temperature)
   out = jitted(target_model, target_params, draft_model, draft_params, tokens, draft_tokens,
-               prompt, keys, temperature, sharding_plan=plan, **static)
+               prompt, keys, temperature, sharding_plan=plan, **static, **(traced or {}))
   return batch_lib.gather(out, batch)

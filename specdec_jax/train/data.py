@@ -152,8 +152,14 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
                  data_dir: str | os.PathLike | None = None, limit: int | None = None,
                  targets_path: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
                  subword_samples: int = 0, subword_alpha: float = 0.3,
-                 subword_cache: str | os.PathLike | None = None) -> BucketedDataset:
-  """Reads, tokenizes and buckets a shared-data EN→DE split.
+                 subword_cache: str | os.PathLike | None = None,
+                 source_suffix: str = 'en', target_suffix: str = 'de',
+                 input_prefix: str = TRANSLATE_PREFIX) -> BucketedDataset:
+  """Reads, tokenizes and buckets a line-aligned split (default: shared-data EN→DE).
+
+  The split's files are `<data_dir>/<split>.<source_suffix>[.gz]` and
+  `.<target_suffix>[.gz]`; `input_prefix` is put before every source (T5's task prefix;
+  the synthetic correction data of `train.gec_data` uses suffixes `src`/`tgt`).
 
   With `targets_path` (a file of token-id lines aligned with the split's sources, e.g.
   a target model's greedy outputs for sequence-level distillation) those ids replace
@@ -176,15 +182,16 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
       `subword_cache` written with other settings or for another split.
   """
   subword.check_args(subword_samples, subword_alpha, targets_path)
-  src, tgt = read_parallel(split, data_dir, limit=limit)
+  src, tgt = read_parallel(split, data_dir, source_suffix, target_suffix, limit=limit)
   if subword_samples:
     inputs, targets = subword.segmented_pairs(
-        processor, [TRANSLATE_PREFIX + x for x in src], tgt, subword_samples, subword_alpha,
+        processor, [input_prefix + x for x in src], tgt, subword_samples, subword_alpha,
         seed, subword_cache)
     return BucketedDataset([x + [EOS_ID] for x in inputs], [x + [EOS_ID] for x in targets],
                            batch_size, tuple(buckets), seed)
   if targets_path is None:
-    return BucketedDataset(encode_inputs(processor, src), encode_targets(processor, tgt),
+    return BucketedDataset(encode_inputs(processor, src, input_prefix),
+                           encode_targets(processor, tgt),
                            batch_size, tuple(buckets), seed)
   paths = ([targets_path] if isinstance(targets_path, (str, os.PathLike))
            else list(targets_path))
@@ -192,7 +199,7 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
     raise ValueError('targets_path is an empty sequence: give one token-id file or more, '
                      'or None for the gold targets.')
   inputs, targets = [], []
-  encoded = encode_inputs(processor, src)
+  encoded = encode_inputs(processor, src, input_prefix)
   for path in paths:
     ids = read_target_ids(path)
     if limit is not None:

@@ -72,14 +72,15 @@ def decode_batches(model, params, inputs: Sequence[Sequence[int]], *, batch_size
     yield idx, np.asarray(decodes[:len(idx), 0])
 
 
-def translate(model, params, processor, sources: Sequence[str], **kwargs
+def translate(model, params, processor, sources: Sequence[str],
+              input_prefix: str = data_lib.TRANSLATE_PREFIX, **kwargs
               ) -> tuple[list[str], list[list[int]]]:
   """Greedy translations of raw source sentences (the task prefix is added here).
 
   Returns `(texts, ids)` in input order: detokenized text and the token ids before EOS.
   Keyword arguments go to `decode_batches`.
   """
-  inputs = data_lib.encode_inputs(processor, sources)
+  inputs = data_lib.encode_inputs(processor, sources, input_prefix)
   ids: list[list[int] | None] = [None] * len(inputs)
   for idx, decodes in decode_batches(model, params, inputs, **kwargs):
     for i, row in zip(idx, decodes):

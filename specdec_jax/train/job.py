@@ -78,17 +78,20 @@ class _DevEval:
   """
 
   def __init__(self, config: T5Config, processor, split: str, examples: int, data_dir,
-               teacher=None, teacher_params=None):
+               teacher=None, teacher_params=None, suffixes=('en', 'de'),
+               input_prefix: str = vocabulary.TRANSLATE_PREFIX):
     from specdec_jax.train import evaluation  # pylint: disable=g-import-not-at-top
     self._evaluation = evaluation
     self.model = t5.Transformer(config.replace(dropout_rate=0.0))
     self.processor = processor
-    self.sources, self.references = data_lib.read_parallel(split, data_dir, limit=examples)
+    self.sources, self.references = data_lib.read_parallel(split, data_dir, *suffixes,
+                                                           limit=examples)
+    self.input_prefix = input_prefix
     self.split = split
     self.teacher, self.teacher_params = teacher, teacher_params
     self.teacher_batches = None
     if teacher is not None:
-      inputs = data_lib.encode_inputs(processor, self.sources)
+      inputs = data_lib.encode_inputs(processor, self.sources, input_prefix)
       self.teacher_batches = []
       for idx, decodes in evaluation.decode_batches(teacher, teacher_params, inputs,
                                                     batch_size=100, sort_by_length=False):
@@ -98,7 +101,7 @@ class _DevEval:
   def __call__(self, params) -> dict:
     t0 = time.time()
     hyps, ids = self._evaluation.translate(self.model, params, self.processor, self.sources,
-                                           batch_size=100)
+                                           self.input_prefix, batch_size=100)
     bleu = self._evaluation.corpus_bleu(hyps, self.references)
     out = {'dev_bleu': round(bleu.score, 2), 'dev_split': self.split,
            'dev_sentences': len(hyps),
@@ -151,7 +154,10 @@ def train(run_dir: str = gin.REQUIRED,
           eval_split: str = 'ende/multi30k/val',
           eval_examples: int = 500,
           init_params_dir: str | None = None,
-          unlikelihood_weight: float = 0.0) -> dict:
+          unlikelihood_weight: float = 0.0,
+          source_suffix: str = 'en',
+          target_suffix: str = 'de',
+          input_prefix: str = vocabulary.TRANSLATE_PREFIX) -> dict:
   """Trains one model; returns a summary dict (also written to `<run_dir>/summary.json`).
 
   `targets_path` replaces the gold German side by token-id lines (sequence-level
@@ -169,6 +175,9 @@ def train(run_dir: str = gin.REQUIRED,
   as the shipped draft): its config must equal `model_config` (dropout aside), and the
   optimizer state and schedule start fresh. A resumed run ignores it (its train state
   already holds the params). `teacher_dir` takes the same two kinds of folder.
+  Another task than EN→DE: the split's files are `<data_dir>/<split>.<source_suffix>` and
+  `.<target_suffix>` (`eval_split` too), and `input_prefix` is the task prefix before
+  every source (the correction pair: `configs/train/gec_corrector.gin`).
   """
   start_time = time.time()
   if mode not in ('target', 'distill'):
@@ -195,7 +204,9 @@ def train(run_dir: str = gin.REQUIRED,
                                   limit=limit_examples, targets_path=targets_path,
                                   subword_samples=subword_samples, subword_alpha=subword_alpha,
                                   subword_cache=(run_dir / 'subword_segmentations.npz'
-                                                 if subword_samples else None))
+                                                 if subword_samples else None),
+                                  source_suffix=source_suffix, target_suffix=target_suffix,
+                                  input_prefix=input_prefix)
 
   model = t5.Transformer(model_config)
   teacher, teacher_params = None, None
@@ -256,7 +267,7 @@ def train(run_dir: str = gin.REQUIRED,
   dev_eval = None
   if eval_every_steps:
     dev_eval = _DevEval(model_config, processor, eval_split, eval_examples, data_dir,
-                        teacher, teacher_params)
+                        teacher, teacher_params, (source_suffix, target_suffix), input_prefix)
 
   def evaluate(step):
     if dev_eval is None:

@@ -57,7 +57,8 @@ class T5XDecodeFnMixin:
 
     As T5X: `rng` becomes `decode_rng` (both given is an error) and `eos_id` defaults
     to the output vocabulary's. The model's `temperature`, `topk`, `topp`, `gamma`,
-    `rescale_log_probs`, `draft_policy` and `verification` are passed too where the `decode_fn` takes them and
+    `rescale_log_probs`, `draft_policy`, `verification`, `drafter`, `ngram_table` and
+    `lenience` are passed too where the `decode_fn` takes them and
     neither `decoder_params` nor a `functools.partial` around it sets them.
     """
     kwargs = dict(decoder_params or {})
@@ -76,7 +77,7 @@ class T5XDecodeFnMixin:
       bound |= set(fn.keywords)
       fn = fn.func
     for name in ('temperature', 'topk', 'topp', 'gamma', 'rescale_log_probs', 'draft_policy',
-                 'verification'):
+                 'verification', 'drafter', 'ngram_table', 'lenience'):
       if name in params and name not in kwargs and name not in bound:
         kwargs[name] = getattr(self, name)
     fixed = {'inputs', 'cache', 'tokens_to_logits', 'num_decodes', 'cache_offset'}

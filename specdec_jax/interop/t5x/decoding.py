@@ -43,10 +43,12 @@ import numpy as np
 
 from specdec_jax import decoding, generate
 from specdec_jax.decoding import accept
+from specdec_jax.decoding import drafters as drafters_lib
 from specdec_jax.decoding import loop_common
 from specdec_jax.decoding import policies
 from specdec_jax.decoding import sampling
 from specdec_jax.models import t5
+from specdec_jax.drafters import tables
 from specdec_jax.models.config import T5Config
 from specdec_jax.interop.t5x.features import ours_prompt_to_t5x, t5x_prompt_to_ours
 
@@ -282,7 +284,8 @@ def speculative_sample(inputs, cache, tokens_to_logits: Optional[Callable], eos_
                        gamma: int = 4, real_vocab_size: Optional[int] = None,
                        draft_params_dtype=None, return_stats: bool = False,
                        target_module=None, target_params=None, encoder_input_tokens=None,
-                       draft_policy=None, verification: str = 'token'):
+                       draft_policy=None, verification: str = 'token', drafter='model',
+                       ngram_table=None, lenience: float = 1.0):
   """Exact speculative sampling (Leviathan et al. 2023) as a T5X `decode_fn`.
 
   Same arguments and outputs as `temperature_sample` (T5X's signature and prompt
@@ -312,6 +315,13 @@ def speculative_sample(inputs, cache, tokens_to_logits: Optional[Callable], eos_
     verification: 'token' (Algorithm 1) or 'block' (block verification, Sun et al. ICLR
       2025; exact, at least as many tokens per target call); see
       `specdec_jax.decoding.speculative.speculative_sample`.
+    drafter: 'model' (default), 'lookup' (n-gram lookup in the encoder input and the text
+      so far), 'lookup+model', 'bigram' / 'unigram' (with `ngram_table`), or a
+      `specdec_jax.decoding.drafters` object; 'lookup' and the tables need no draft
+      module or params (`generate.t5.resolve_drafter`).
+    ngram_table: a table file path or `(ids, log_probs)` for 'bigram' / 'unigram'
+      (`specdec_jax.drafters.tables`).
+    lenience: l in (0, 1] (paper Appendix A.5); 1 is exact, l < 1 is NOT exact.
   Returns:
     `(decodes [batch, num_decodes, max_decode_len], log_probs [batch, num_decodes])`,
     plus `stats` with `return_stats`.
@@ -329,11 +339,19 @@ def speculative_sample(inputs, cache, tokens_to_logits: Optional[Callable], eos_
   gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
   draft_policy = policies.as_policy(draft_policy)
   accept.check_verification(verification)
+  lenience = accept.check_lenience(lenience, verification)
+  spec = generate.resolve_drafter(drafter)
+  uses_model = generate.needs_draft_model(spec)
   batch, max_decode_len = inputs.shape
   max_decode_steps = _max_steps(max_decode_steps, max_decode_steps_hard_limit, max_decode_len)
   target = _target(tokens_to_logits, num_decodes, target_module, target_params,
                    encoder_input_tokens)
   tparams, dparams = split_draft_params(target.params)
+  if not uses_model:
+    return _model_free(inputs, target, tparams, spec, eos_id, gamma, decode_rng, num_decodes,
+                       temperature, topk, topp, max_decode_steps, real_vocab_size,
+                       rescale_log_probs, draft_policy, verification, ngram_table, lenience,
+                       return_stats)
   if draft_module is None:
     draft_module = getattr(target.owner, 'draft_module', None)
   if draft_module is None:
@@ -371,7 +389,45 @@ def speculative_sample(inputs, cache, tokens_to_logits: Optional[Callable], eos_
       num_decodes=num_decodes, temperature=temperature, topk=topk, topp=topp,
       max_decode_steps=max_decode_steps, real_vocab_size=real_vocab_size,
       rescale_log_probs=rescale_log_probs, draft_policy=draft_policy,
-      verification=verification)
+      verification=verification, drafter=None if spec is None else _with_model(
+          spec, draft_module, dparams, draft_policy), lenience=lenience)
+  if return_stats:
+    return decodes, log_probs, stats
+  return decodes, log_probs
+
+
+def _with_model(spec, draft_module, dparams, draft_policy):
+  """A resolved 'lookup+model' spec with the draft's real step function."""
+  return drafters_lib.LookupThenModel(spec.lookup, drafters_lib.ModelDrafter(
+      t5.make_step_fn(draft_module, dparams), draft_policy if draft_policy.adaptive else None))
+
+
+def _model_free(inputs, target, tparams, spec, eos_id, gamma, decode_rng, num_decodes,
+                temperature, topk, topp, max_decode_steps, real_vocab_size, rescale_log_probs,
+                draft_policy, verification, ngram_table, lenience, return_stats):
+  """`speculative_sample` with a drafter that needs no draft model (lookup, tables)."""
+  _, max_decode_len = inputs.shape
+  length = generate.cache_length(max_decode_len, gamma)
+  enc = target.encoder_input_tokens
+  if target.encoded is None:
+    target_cache = t5.encode_and_init_cache(target.module, tparams, enc, length)
+  else:
+    target_cache = target.module.apply({'params': tparams}, target.encoded, enc, length,
+                                       method=t5.Transformer.init_cache)
+  if isinstance(spec, drafters_lib.NgramTableDrafter):
+    if isinstance(ngram_table, (str, os.PathLike)):
+      ids, log_probs, _ = tables.load(ngram_table, target.module.config.vocab_size)
+      ngram_table = (ids, log_probs)
+    state = generate.t5._check_table(ngram_table, spec, target.module)  # pylint: disable=protected-access
+  else:
+    state = enc
+  decodes, log_probs, stats = decoding.speculative_sample(
+      t5x_prompt_to_ours(inputs), target_cache, t5.make_step_fn(target.module, tparams),
+      state, None, _eos(eos_id), gamma, vocab_size=target.module.config.vocab_size,
+      decode_rng=decode_rng, num_decodes=num_decodes, temperature=temperature, topk=topk,
+      topp=topp, max_decode_steps=max_decode_steps, real_vocab_size=real_vocab_size,
+      rescale_log_probs=rescale_log_probs, draft_policy=draft_policy,
+      verification=verification, drafter=spec, lenience=lenience)
   if return_stats:
     return decodes, log_probs, stats
   return decodes, log_probs

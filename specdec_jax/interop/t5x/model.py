@@ -47,6 +47,7 @@ from specdec_jax import generate
 from specdec_jax.generate import compile_cache
 from specdec_jax.decoding import accept
 from specdec_jax.decoding import baseline
+from specdec_jax.decoding import drafters as drafters_lib
 from specdec_jax.decoding import policies
 from specdec_jax.decoding import sampling
 from specdec_jax.interop.t5x import decoding as t5x_decoding
@@ -58,6 +59,7 @@ from specdec_jax.interop.t5x.losses import (compute_weighted_cross_entropy,  # n
                                     cross_entropy_with_logits,
                                     loss_normalizing_factor_and_weights)
 from specdec_jax.interop.t5x.vocab import check_vocabularies_match
+from specdec_jax.drafters import tables
 
 PyTree = Any
 DRAFT_KEY = t5x_decoding.DRAFT_KEY  # params[DRAFT_KEY] holds the draft's params
@@ -123,6 +125,13 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
     verification: 'token' (Algorithm 1, default) or 'block' (block verification, Sun et
       al. ICLR 2025: exact, at least as many tokens per target call; gin:
       `models.SpeculativeEncoderDecoderModel.verification = 'block'`).
+    drafter: 'model' (default: the draft model), 'lookup' (n-gram lookup in the encoder
+      input and the text so far), 'lookup+model', 'bigram' / 'unigram' (a table,
+      `ngram_table`); with 'lookup' or a table `draft_module` may be None (a T5X user
+      with only the large checkpoint). gin: `MODEL.drafter = 'lookup'`.
+    ngram_table: a table file (`specdec_jax.drafters.tables`) for 'bigram' / 'unigram',
+      loaded at construction.
+    lenience: l in (0, 1] (paper Appendix A.5); 1 (default) is exact, l < 1 is NOT.
     compilation_cache: JAX's persistent compilation cache, turned on at construction
       (`specdec_jax.generate.compile_cache.enable`): None (default: a folder already set in
       `jax.config`, e.g. by T5X, else `$SPECDEC_COMPILATION_CACHE`, else
@@ -139,16 +148,22 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
   def __init__(self, module, input_vocabulary, output_vocabulary, optimizer_def,
                decode_fn: Optional[Callable] = None, feature_converter_cls=None,
                label_smoothing: float = 0.0, z_loss: float = 0.0,
-               loss_normalizing_factor=None, *, draft_module,
+               loss_normalizing_factor=None, *, draft_module=None,
                draft_params: Union[PyTree, str, os.PathLike, None] = None, gamma: int = 4,
                temperature: float = 0.0, topk: int = 0, topp: float = 0.0,
                eos_id: Optional[int] = None, draft_vocabulary=None,
                default_decoder_params: Optional[DecoderParams] = None,
                rescale_log_probs: bool = True, draft_params_dtype=None, draft_policy=None,
                compilation_cache: Union[None, bool, str, os.PathLike] = None,
-               verification: str = 'token'):
+               verification: str = 'token', drafter='model',
+               ngram_table: Union[None, str, os.PathLike] = None, lenience: float = 1.0):
     _require_t5_module(module, 'module')
-    _require_t5_module(draft_module, 'draft_module')
+    try:
+      spec = generate.resolve_drafter(drafter)
+    except ValueError as e:
+      raise ValueError(f'drafter: {e}') from e
+    if generate.needs_draft_model(spec) or draft_module is not None:
+      _require_t5_module(draft_module, 'draft_module')
     if decode_fn is not None and unwrapped(decode_fn) is baseline.temperature_sample:
       raise ValueError(
           'decode_fn=specdec_jax.decoding.temperature_sample takes prompts without T5X\'s '
@@ -162,6 +177,16 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
       raise ValueError(f'draft_policy: {e}') from e
     sampling.validate_sampling_args(temperature, topk, topp)
     accept.check_verification(verification)
+    lenience = accept.check_lenience(lenience, verification)
+    table = None
+    if isinstance(spec, drafters_lib.NgramTableDrafter):
+      if ngram_table is None:
+        raise ValueError(f"drafter={drafter!r} needs ngram_table= (a table file from "
+                         '`python -m specdec_jax.drafters.tables`).')
+      ids, log_probs, _ = tables.load(ngram_table, module.config.vocab_size)
+      table = (ids, log_probs)
+    elif ngram_table is not None:
+      raise ValueError(f'ngram_table is given but drafter={drafter!r} uses none.')
     if eos_id is None:
       eos_id = getattr(output_vocabulary, 'eos_id', None) or 1
     if not isinstance(eos_id, (int, np.integer)):
@@ -172,6 +197,8 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
         # The draft reads the same encoder_input_tokens as the target.
         check_vocabularies_match(input_vocabulary, draft_vocabulary, 'input')
     for name, mod in (('module', module), ('draft_module', draft_module)):
+      if mod is None:
+        continue
       for vname, vocab in (('output_vocabulary', output_vocabulary),
                            ('draft_vocabulary', draft_vocabulary)):
         size = getattr(vocab, 'vocab_size', None)
@@ -195,6 +222,10 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
     self.gamma = gamma
     self.draft_policy = draft_policy
     self.verification = verification
+    self.drafter = spec
+    self.drafter_name = generate.drafter_name(spec)
+    self.ngram_table = table
+    self.lenience = lenience
     self.temperature = temperature
     self.topk = topk
     self.topp = topp
@@ -203,6 +234,9 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
     self._draft_params_dtype = draft_params_dtype
     self._draft_checkpoint_path = None
     self._draft_params = None
+    if draft_module is None and draft_params is not None:
+      raise ValueError('draft_params is given but draft_module is None; pass the draft '
+                       f'module, or drop draft_params with drafter={self.drafter_name!r}.')
     if isinstance(draft_params, (str, os.PathLike)):
       self._draft_checkpoint_path = os.fspath(draft_params)
     elif draft_params is not None:
@@ -244,6 +278,8 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
     dec = jnp.ones(input_shapes['decoder_input_tokens'],
                    input_types.get('decoder_input_tokens', jnp.int32))
     variables = flax.core.unfreeze(self.module.init(rng, enc, dec, dec, enable_dropout=False))
+    if self.draft_module is None:  # a model-free drafter: the target alone
+      return variables
     draft = flax.core.unfreeze(self.draft_module.init(jax.random.fold_in(rng, 1), enc, dec,
                                                       dec, enable_dropout=False))
     variables['params'][DRAFT_KEY] = draft['params']
@@ -409,7 +445,10 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
       if prompt_with_targets:  # T5X's prompt, in our layout (no leading BOS)
         prompt = t5x_prompt_to_ours(decoder_prompt_inputs(decoder_input_tokens,
                                                           opts['eos_id'], True))
-      target_params, draft_params = self.split_params(params)
+      if generate.needs_draft_model(self.drafter):
+        target_params, draft_params = self.split_params(params)
+      else:
+        target_params, draft_params = t5x_decoding.split_draft_params(params)
       decodes, scores, stats = generate.t5_speculative_generate(
           self.module, target_params, self.draft_module, draft_params, encoder_input_tokens,
           int(jnp.shape(decoder_input_tokens)[1]), opts['gamma'], eos_id=opts['eos_id'],
@@ -417,7 +456,8 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
           num_decodes=num_decodes, decode_rng=opts['decode_rng'], decoder_prompt=prompt,
           max_decode_steps=opts['max_decode_steps'], real_vocab_size=self._real_vocab_size(),
           rescale_log_probs=opts['rescale_log_probs'], draft_policy=self.draft_policy,
-          verification=self.verification)
+          verification=self.verification, drafter=self.drafter,
+          ngram_table=self.ngram_table, lenience=self.lenience)
       aux = {'scores': scores, 'target_calls': stats.target_calls, 'drafted': stats.drafted,
              'accepted': stats.accepted, 'alpha': stats.alpha}
     if return_all_decodes:

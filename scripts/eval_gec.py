@@ -1,0 +1,56 @@
+r"""GLEU of a decode job's corrections of JFLEG dev, beside the do-nothing output.
+
+  python -m specdec_jax.decode --gin_file=configs/runs/decode.gin --gin_file=configs/pairs/gec_en.gin \
+      --gin.decode.input_path="'../shared/data/gec/jfleg_dev/dev.src'" \
+      --gin.decode.output_path="'out/gec/jfleg_dev.jsonl'"
+  python scripts/eval_gec.py --predictions=out/gec/jfleg_dev.jsonl [--out=out/gec/gleu.json]
+
+Reads the JSONL's `prediction` fields (in input order, one per `dev.src` line), scores them
+and the unchanged sources with `specdec_jax.text.gleu.corpus_gleu` against the four JFLEG
+references (500 random reference draws, seed 0), and prints / writes
+`{"gleu", "gleu_do_nothing", "std", ..., "changed_sentences"}`. No JFLEG sentence is used in
+training the shipped corrector, so all 754 dev sentences are held out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from specdec_jax.text import gleu  # noqa: E402
+from specdec_jax.util import atomic, paths  # noqa: E402
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument('--predictions', required=True, help="the decode job's JSONL")
+  p.add_argument('--jfleg', default=None, help='folder with dev.src, dev.ref0-3 '
+                 '(default: <shared data>/gec/jfleg_dev)')
+  p.add_argument('--out', default=None, help='write the result JSON here too')
+  args = p.parse_args(argv)
+  folder = pathlib.Path(args.jfleg) if args.jfleg else paths.data_dir() / 'gec' / 'jfleg_dev'
+  sources, refs = gleu.read_jfleg(folder)
+  rows = [json.loads(x) for x in pathlib.Path(args.predictions).read_text().splitlines()]
+  hyps = [r['prediction'] for r in rows]
+  if len(hyps) != len(sources):
+    print(f'error: {args.predictions} has {len(hyps)} predictions but {folder}/dev.src has '
+          f'{len(sources)} lines; decode all of dev.src.', file=sys.stderr)
+    return 2
+  ours = gleu.corpus_gleu(sources, hyps, refs)
+  floor = gleu.corpus_gleu(sources, sources, refs)
+  result = dict(gleu=ours.score, std=ours.std, ci95=list(ours.ci95),
+                gleu_do_nothing=floor.score, do_nothing_ci95=list(floor.ci95),
+                sentences=len(hyps), iterations=ours.iterations,
+                changed_sentences=sum(h.split() != s.split() for h, s in zip(hyps, sources)),
+                predictions=args.predictions)
+  print(json.dumps(result, indent=2))
+  if args.out:
+    atomic.write_text(args.out, json.dumps(result, indent=2) + '\n')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

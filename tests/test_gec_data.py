@@ -1,0 +1,78 @@
+"""The correction pair's synthetic data (train/gec_data.py) and the draft tables
+(drafters/tables.py): tokenization like JFLEG, a seeded recipe that makes every kind of
+error, and table files that refuse what does not fit."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from specdec_jax.drafters import tables
+from specdec_jax.train import gec_data
+
+
+def test_tokenize_like_jfleg():
+  assert (gec_data.tokenize("I don't know, Sam's (maybe) in the U.S. today.")
+          == "I do n't know , Sam 's ( maybe ) in the U.S. today .")
+  assert gec_data.tokenize('It costs 1,000 dollars!') == 'It costs 1,000 dollars !'
+
+
+def test_corruption_is_seeded_and_makes_every_kind():
+  sentence = gec_data.tokenize('The two young men are walking to the park with their dogs, '
+                               'and I think that they have been there before.')
+  kinds = collections.Counter()
+  changed = 0
+  for i in range(400):
+    a, ka = gec_data.corrupt(sentence, np.random.default_rng([0, 0, i]))
+    b, kb = gec_data.corrupt(sentence, np.random.default_rng([0, 0, i]))
+    assert (a, ka) == (b, kb)  # the same generator, the same corruption
+    kinds.update(ka)
+    changed += a != sentence
+  assert set(kinds) == set(gec_data.KINDS)
+  assert 0.7 < changed / 400 < 0.95  # keep_prob 0.15 leaves some sentences correct
+
+
+def test_build_writes_aligned_splits(tmp_path):
+  root = tmp_path / 'data' / 'ende'
+  for sub, n in (('multi30k', 30), ('wmt', 30)):
+    (root / sub).mkdir(parents=True)
+  lines = [f'A man number {i} is walking in the park with a dog.' for i in range(30)]
+  for stem in ('multi30k/train', 'multi30k/val', 'wmt/news_train', 'wmt/news_dev'):
+    (root / f'{stem}.en').write_text('\n'.join(lines) + '\n')
+  summary = gec_data.build(tmp_path / 'out', seed=1, data_dir=tmp_path / 'data',
+                           val_per_corpus=5)
+  src = (tmp_path / 'out' / 'train.src').read_text().splitlines()
+  tgt = (tmp_path / 'out' / 'train.tgt').read_text().splitlines()
+  assert len(src) == len(tgt) == 60 == summary['splits']['train']['sentences']
+  assert len((tmp_path / 'out' / 'val.src').read_text().splitlines()) == 10
+  assert tgt[0] == gec_data.tokenize(lines[0])
+  with pytest.raises(ValueError, match='not a folder'):
+    gec_data.build(tmp_path / 'out' / 'train.src', data_dir=tmp_path / 'data')
+
+
+def test_tables_estimate_save_load(tmp_path):
+  seqs = [[5, 6, 7], [5, 6, 8], [5, 6, 7]]
+  ids, log_probs = tables.estimate(seqs, vocab_size=10, order=2, k=3, smoothing=0.0)
+  assert ids[0, 0] == 5  # after the start token 0: always 5
+  assert ids[6, 0] == 7 and np.exp(log_probs[6, 0]) == pytest.approx(2 / 3)
+  assert ids[7, 0] == 1  # EOS after the last token
+  np.testing.assert_allclose(np.exp(log_probs).sum(1), 1.0, rtol=1e-6)
+  path = tables.save(tmp_path / 't.npz', ids, log_probs, 2, 10)
+  got_ids, got_lp, order = tables.load(path, vocab_size=10)
+  np.testing.assert_array_equal(got_ids, ids)
+  assert order == 2
+  with pytest.raises(ValueError, match='vocab_size 10'):
+    tables.load(path, vocab_size=12)
+  with pytest.raises(FileNotFoundError, match='specdec_jax.drafters.tables'):
+    tables.load(tmp_path / 'missing.npz')
+  (tmp_path / 'bad.npz').write_bytes(b'not a table')
+  with pytest.raises(ValueError, match='not an n-gram table'):
+    tables.load(tmp_path / 'bad.npz')
+  with pytest.raises(ValueError, match='order'):
+    tables.estimate(seqs, 10, order=3)
+  with pytest.raises(ValueError, match='vocab_size'):
+    tables.estimate([[11]], 10)
+  uni_ids, _ = tables.estimate(seqs, 10, order=1, k=2)
+  assert uni_ids.shape == (1, 2) and set(uni_ids[0]) == {1, 5}  # ties: the lower ids (EOS counts)

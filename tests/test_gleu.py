@@ -1,0 +1,249 @@
+"""GLEU (specdec_jax/text/gleu.py): hand-computed statistics, planted wrong variants,
+seeded reference draws, the JFLEG dev set (skipped without the data) and input errors.
+Pure Python + numpy; no JAX."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from specdec_jax.text import gleu
+from specdec_jax.util import paths
+
+# One error at the end: every order has exactly one source n-gram the reference changed.
+SRC = 'my brother and i walk to the school every days'
+REF = 'my brother and i walk to the school every day'
+
+
+def _score(src, hyp, ref, **kw):
+  return gleu.corpus_gleu([src], [hyp], [[ref]], iterations=3, **kw).score
+
+
+# --- 1: hand-computed statistics ---------------------------------------------------
+
+def test_source_copy_is_penalised_for_the_ngrams_the_reference_changed():
+  # n=1: 9 shared - 1 kept 'days' = 8 of 10; n=2: 8 - 1 = 7 of 9; n=3: 7 - 1 = 6 of 8;
+  # n=4: 6 - 1 = 5 of 7.
+  np.testing.assert_array_equal(gleu.gleu_stats(SRC, SRC, REF),
+                                [10, 10, 8, 10, 7, 9, 6, 8, 5, 7])
+  want = 100 * (0.8 * 7 / 9 * 0.75 * 5 / 7) ** 0.25  # = 100 / 3 ** 0.25
+  assert want == pytest.approx(100 / 3 ** 0.25)
+  assert _score(SRC, SRC, REF) == pytest.approx(want, rel=1e-12)
+
+
+def test_reference_copy_scores_100_and_beats_the_source():
+  np.testing.assert_array_equal(gleu.gleu_stats(SRC, REF, REF),
+                                [10, 10, 10, 10, 9, 9, 8, 8, 7, 7])
+  assert _score(SRC, REF, REF) == pytest.approx(100.0)
+  assert _score(SRC, SRC, REF) < _score(SRC, REF, REF)
+  # Short sentence: the source keeps 'he go' and 'go to', which outweigh the one shared
+  # bigram 'to school', so its bigram numerator is max(0, 1 - 2) = 0 and GLEU is 0.
+  s, r = 'he go to school', 'he goes to school'
+  np.testing.assert_array_equal(gleu.gleu_stats(s, s, r), [4, 4, 2, 4, 0, 3, 0, 2, 0, 1])
+  assert _score(s, s, r) == 0.0
+  assert _score(s, r, r) == pytest.approx(100.0)
+
+
+def test_brevity_penalty():
+  short = 'my brother and i walk to the school'  # 8 tokens, all right, against 10.
+  np.testing.assert_array_equal(gleu.gleu_stats(SRC, short, REF),
+                                [8, 10, 8, 8, 7, 7, 6, 6, 5, 5])
+  assert _score(SRC, short, REF) == pytest.approx(100 * math.exp(1 - 10 / 8), rel=1e-12)
+  longer = REF + ' too'  # H > R: no penalty; precisions 10/11, 9/10, 8/9, 7/8.
+  want = 100 * (10 / 11 * 9 / 10 * 8 / 9 * 7 / 8) ** 0.25
+  assert _score(SRC, longer, REF) == pytest.approx(want, rel=1e-12)
+  assert _score(SRC, '', REF) == 0.0
+
+
+def test_statistics_sum_over_the_corpus():
+  s2, r2 = 'he go to school', 'he goes to school'
+  result = gleu.corpus_gleu([SRC, s2], [SRC, s2], [[REF, r2]], iterations=2)
+  stats = gleu.gleu_stats(SRC, SRC, REF) + gleu.gleu_stats(s2, s2, r2)
+  np.testing.assert_array_equal(stats, [14, 14, 10, 14, 7, 12, 6, 10, 5, 8])
+  want = 100 * (10 / 14 * 7 / 12 * 6 / 10 * 5 / 8) ** 0.25
+  assert result.score == pytest.approx(want, rel=1e-12)
+  assert result.std == 0.0 and result.ci95 == (result.score, result.score)
+  assert (result.iterations, result.sentences) == (2, 2)
+
+
+# --- 2: planted wrong variants -----------------------------------------------------
+
+def _bleu_style(src, hyp, ref):
+  """Planted variant: plain clipped n-gram precision, no source penalty."""
+  del src
+  h, r = hyp.split(), ref.split()
+  logp = 0.0
+  for n in range(1, 5):
+    hg = [tuple(h[i:i + n]) for i in range(len(h) - n + 1)]
+    rg = [tuple(r[i:i + n]) for i in range(len(r) - n + 1)]
+    match = sum(min(hg.count(g), rg.count(g)) for g in set(hg))
+    logp += math.log(match / len(hg)) / 4
+  return 100 * math.exp(min(0.0, 1 - len(r) / len(h)) + logp)
+
+
+def test_planted_bleu_style_precision_differs():
+  planted = _bleu_style(SRC, SRC, REF)
+  assert planted == pytest.approx(100 * 0.6 ** 0.25)  # 9/10 * 8/9 * 7/8 * 6/7 = 0.6.
+  assert abs(_score(SRC, SRC, REF) - planted) > 5
+  # Where the hypothesis keeps no source-only n-gram the two agree.
+  assert _score(SRC, REF, REF) == pytest.approx(_bleu_style(SRC, REF, REF))
+
+
+def test_source_difference_multiset_vs_type():
+  # The source repeats 'the' (and its n-grams); the reference keeps one 'the'.
+  src = 'we saw the the big dog at the park today'
+  ref = 'we saw the big dog at the park today'
+  # Unigrams: s has the x3, r has the x2. multiset: s \ r = {the: 1}, so copying the
+  # source loses 1; type: 'the' is in r, so s \ r has no 'the' and nothing is lost.
+  multi = gleu.gleu_stats(src, src, ref, source_diff='multiset')
+  typed = gleu.gleu_stats(src, src, ref, source_diff='type')
+  assert multi[2] == 9 - 1 and typed[2] == 9
+  # Bigram 'the the' is in no reference: both subtract it.
+  assert multi[4] == typed[4] == 8 - 1
+  # The reference itself: 'type' never penalises it, 'multiset' can.
+  assert gleu.gleu_stats(src, ref, ref, source_diff='type')[2] == 9
+  assert gleu.gleu_stats(src, ref, ref, source_diff='multiset')[2] == 9 - 1
+  assert _score(src, src, ref, source_diff='multiset') < _score(src, src, ref, source_diff='type')
+  with pytest.raises(ValueError, match='source_diff'):
+    gleu.gleu_stats(src, src, ref, source_diff='set')
+
+
+# --- 3: reference draws ------------------------------------------------------------
+
+SRCS = [SRC, 'he go to school', 'she like apples very much yes', 'they was happy about it all']
+REFS = [
+    [REF, 'he goes to school', 'she likes apples very much yes', 'they were happy about it all'],
+    ['my brother and i walk to school every day', 'he went to school',
+     'she likes apple very much yes', 'they was happy about it all'],
+    [SRC, 'he goes to the school', 'she really likes apples yes', 'they were glad about it all'],
+]
+HYPS = [REF, 'he goes to school', 'she like apples very much yes', 'they were happy about it']
+
+
+def test_fixed_seed_is_deterministic_and_matches_explicit_draws():
+  a = gleu.corpus_gleu(SRCS, HYPS, REFS, iterations=50, seed=7)
+  b = gleu.corpus_gleu(SRCS, HYPS, REFS, iterations=50, seed=7)
+  assert a == b
+  assert gleu.corpus_gleu(SRCS, HYPS, REFS, iterations=50, seed=8) != a
+  # The same draws done by hand: sentence-by-sentence statistics, summed, scored.
+  draws = np.random.default_rng(7).integers(0, 3, size=(50, 4))
+  scores = [100 * gleu.gleu_from_stats(sum(gleu.gleu_stats(SRCS[i], HYPS[i], REFS[k][i])
+                                           for i, k in enumerate(row)))
+            for row in draws]
+  assert a.score == pytest.approx(np.mean(scores), rel=1e-12)
+  assert a.std == pytest.approx(np.std(scores), rel=1e-9)
+  assert a.std > 0
+  assert a.ci95 == pytest.approx((a.score - 1.959964 * a.std, a.score + 1.959964 * a.std))
+  assert (a.iterations, a.sentences) == (50, 4)
+
+
+def test_many_draws_average_over_all_reference_choices():
+  exact = np.mean([
+      100 * gleu.gleu_from_stats(sum(gleu.gleu_stats(SRCS[i], HYPS[i], REFS[k][i])
+                                     for i, k in enumerate(choice)))
+      for choice in itertools.product(range(3), repeat=4)])  # All 81 choices.
+  result = gleu.corpus_gleu(SRCS, HYPS, REFS, iterations=4000, seed=0)
+  # Standard error of the mean: std / sqrt(4000); allow 4 of them.
+  assert abs(result.score - exact) < 4 * result.std / math.sqrt(4000)
+  single = [gleu.corpus_gleu(SRCS, HYPS, [refs], iterations=5).score for refs in REFS]
+  assert min(single) < result.score < max(single)
+
+
+# --- 4: JFLEG dev ------------------------------------------------------------------
+
+def _jfleg_dev():
+  try:
+    folder = paths.data_dir() / 'gec' / 'jfleg_dev'
+  except FileNotFoundError as e:
+    pytest.skip(f'No shared data folder (SPECDEC_DATA): {e}')
+  if not folder.is_dir():
+    pytest.skip(f'JFLEG dev data not found at {str(folder)!r} '
+                '($SPECDEC_DATA/gec/jfleg_dev with dev.src, dev.ref0..dev.ref3).')
+  return gleu.read_jfleg(folder)
+
+
+def test_jfleg_dev_source_and_reference():
+  src, refs = _jfleg_dev()
+  assert len(src) == 754 and len(refs) == 4 and all(len(r) == 754 for r in refs)
+  source = gleu.corpus_gleu(src, src, refs)
+  ref0 = gleu.corpus_gleu(src, refs[0], refs)
+  print(f'JFLEG dev GLEU: source {source.score:.2f} (std {source.std:.2f}), '
+        f'ref0 vs all four refs {ref0.score:.2f}')
+  assert 35 <= source.score <= 42  # JFLEG reports 38.21 (dev) for the source.
+  assert ref0.score > 50
+  assert ref0.score > source.score + 15
+
+
+def test_jfleg_dev_type_reading_reproduces_the_leaderboard():
+  """With the JFLEG script's s \\ r the leaderboard's dev numbers come back, to within the
+  sampling noise of 500 draws (std ~1 / sqrt(500) ~ 0.05): source 38.21, reference 55.26
+  (each reference against the other three, averaged)."""
+  src, refs = _jfleg_dev()
+  source = gleu.corpus_gleu(src, src, refs, source_diff='type')
+  reference = np.mean([
+      gleu.corpus_gleu(src, refs[k], refs[:k] + refs[k + 1:], source_diff='type').score
+      for k in range(4)])
+  print(f'JFLEG dev GLEU (type): source {source.score:.2f}, reference {reference:.2f}')
+  assert source.score == pytest.approx(38.21, abs=0.25)
+  assert reference == pytest.approx(55.26, abs=0.25)
+
+
+# --- 5: errors ---------------------------------------------------------------------
+
+def test_errors_name_the_argument():
+  with pytest.raises(ValueError, match='hypotheses has 1 sentences but sources has 2'):
+    gleu.corpus_gleu(['a', 'b'], ['a'], [['a', 'b']])
+  with pytest.raises(ValueError, match=r'references\[1\] has 3 sentences'):
+    gleu.corpus_gleu(['a', 'b'], ['a', 'b'], [['a', 'b'], ['a', 'b', 'c']])
+  with pytest.raises(ValueError, match='sources is empty'):
+    gleu.corpus_gleu([], [], [[]])
+  with pytest.raises(ValueError, match='references is empty'):
+    gleu.corpus_gleu(['a'], ['a'], [])
+  with pytest.raises(ValueError, match=r'pass \[refs\]'):
+    gleu.corpus_gleu(['a', 'b'], ['a', 'b'], ['a', 'b'])
+  with pytest.raises(ValueError, match='iterations'):
+    gleu.corpus_gleu(['a'], ['a'], [['a']], iterations=0)
+  with pytest.raises(TypeError, match=r'hypotheses\[0\]'):
+    gleu.corpus_gleu(['a b'], [['a', 'b']], [['a b']])
+  with pytest.raises(TypeError, match='sources'):
+    gleu.corpus_gleu('a b', ['a b'], [['a b']])
+
+
+def test_read_jfleg_errors(tmp_path):
+  with pytest.raises(FileNotFoundError, match='nowhere'):
+    gleu.read_jfleg(tmp_path / 'nowhere')
+  (tmp_path / 'dev.src').write_text('a b \nc\n', encoding='utf-8')
+  for k in range(3):
+    (tmp_path / f'dev.ref{k}').write_text('a b\nc d\n', encoding='utf-8')
+  with pytest.raises(FileNotFoundError, match=r'lacks dev\.ref3') as e:
+    gleu.read_jfleg(tmp_path)
+  assert str(tmp_path) in str(e.value)
+  (tmp_path / 'dev.ref3').write_text('a b\n', encoding='utf-8')
+  with pytest.raises(ValueError, match=r'dev\.ref3.*1 lines'):
+    gleu.read_jfleg(tmp_path)
+  (tmp_path / 'dev.ref3').write_text('\ufeffa b\r\ne f', encoding='utf-8')
+  src, refs = gleu.read_jfleg(tmp_path)
+  assert src == ['a b', 'c'] and refs[3] == ['a b', 'e f'] and refs[0] == ['a b', 'c d']
+
+
+def test_cli(tmp_path, capsys):
+  src, hyp, ref = (tmp_path / n for n in ('src', 'hyp', 'ref'))
+  src.write_text(SRC + '\n', encoding='utf-8')
+  hyp.write_text(SRC + '\n', encoding='utf-8')
+  ref.write_text(REF + '\n', encoding='utf-8')
+  assert gleu.main(['--src', str(src), '--hyp', str(hyp), '--ref', str(ref),
+                    '--iterations', '3']) == 0
+  out = json.loads(capsys.readouterr().out)
+  assert out['gleu'] == pytest.approx(100 / 3 ** 0.25, abs=1e-4)
+  assert out['sentences'] == 1 and out['std'] == 0 and len(out['ci95']) == 2
+  hyp.write_text('a\nb\n', encoding='utf-8')
+  assert gleu.main(['--src', str(src), '--hyp', str(hyp), '--ref', str(ref)]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith('gleu: error:') and '2 lines' in err and err.count('\n') == 1
+  assert gleu.main(['--src', str(tmp_path / 'missing'), '--hyp', str(hyp),
+                    '--ref', str(ref)]) == 2
+  assert 'not found' in capsys.readouterr().err
