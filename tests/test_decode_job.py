@@ -124,8 +124,14 @@ def test_speculative_job_matches_baseline(pair, tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 0, err
     # The over-long input is truncated with exactly one warning.
-    assert err.count('warning:') == 1 and 'truncated' in err and 'inputs.tsv:3' in err
+    assert 'truncated' in err and 'inputs.tsv:3' in err
     rows = _read_jsonl(out)
+    # Outputs cut at max_decode_len are marked per row, counted, and warned about once.
+    cut = sum(r['ended'] == 'max_decode_len' for r in rows)
+    assert all(r['ended'] in ('eos', 'max_decode_len') for r in rows)
+    assert all(r['tokens'] == 10 for r in rows if r['ended'] == 'max_decode_len')
+    assert err.count('warning:') == 1 + (cut > 0)
+    assert (f'{cut} of 5 outputs reached decode.max_decode_len=10' in err) == (cut > 0)
     assert [r['inputs'] for r in rows] == SOURCES
     assert [r['targets'] for r in rows] == REFERENCES
     assert [r.get('truncated', False) for r in rows] == [False, False, True, False, False]
@@ -137,6 +143,7 @@ def test_speculative_job_matches_baseline(pair, tmp_path, capsys):
     summary = json.loads((tmp_path / f'{method}.jsonl.summary.json').read_text())
     assert summary['examples'] == 5 and summary['batches'] == 2
     assert summary['padding_rows'] == 1 and summary['truncated_inputs'] == 1
+    assert summary['cut_at_max_decode_len'] == cut
     assert summary['compile_s'] is not None and summary['run_s'] > 0
     assert summary['tokens'] == sum(r['tokens'] for r in rows)
     assert isinstance(summary['bleu'], float)
@@ -173,6 +180,17 @@ def no_loading(monkeypatch):
   def boom(*a, **k):
     raise AssertionError('checkpoint loaded before the input was validated')
   monkeypatch.setattr(checkpoints, 'load_t5x_checkpoint', boom)
+
+
+def test_output_path_that_is_the_input_is_refused(pair, tmp_path, capsys, no_loading):
+  gin_file, _ = pair
+  inp = tmp_path / 'in.txt'
+  inp.write_text('A dog.\n')
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{tmp_path}/./in.txt'"))
+  err = capsys.readouterr().err
+  assert rc == 2 and 'would overwrite the input' in err, err
+  assert inp.read_text() == 'A dog.\n'
 
 
 def test_missing_input_file(pair, tmp_path, capsys, no_loading):

@@ -209,6 +209,12 @@ ENTRY_POINTS = [
     'from specdec_jax.benchmark import job; job.main; job.benchmark',
     'from specdec_jax.train import job; job.main; job.train',
     'import specdec_jax.distill_data',
+    'from specdec_jax.decoding import drafters; drafters.LookupDrafter; '
+    'drafters.NgramTableDrafter; drafters.LookupThenModel; drafters.ModelDrafter',
+    'from specdec_jax.generate import resolve_drafter, needs_draft_model',
+    'from specdec_jax.drafters import tables; tables.estimate; tables.load; tables.main',
+    'from specdec_jax.text import gleu; gleu.corpus_gleu; gleu.read_jfleg; gleu.main',
+    'from specdec_jax.train import gec_data; gec_data.build; gec_data.main',
 ]
 
 

@@ -148,6 +148,7 @@ def test_padded_vocab_draft(pair):
     (dict(topk=2, topp=0.5), 'At most one of topk and topp'),
     (dict(temperature=-0.5), 'temperature must be >= 0'),
     (dict(temperature=float('nan')), 'temperature must be >= 0'),
+    (dict(temperature=float('inf')), 'temperature must be >= 0 and finite'),
     (dict(gamma=True), 'gamma'),
     (dict(topk=10 ** 6), 'exceeds the vocabulary size'),
     (dict(decoder_prompt=np.zeros((4, 15), np.int32)), r'decoder_prompt has shape \(4, 15\)'),

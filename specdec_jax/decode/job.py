@@ -116,7 +116,9 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
     verification: 'token' (Algorithm 1, each draft accepted in turn) or 'block' (block
       verification, Sun et al. ICLR 2025: the accepted length decided jointly; exact, at
       least as many tokens per target call; the same tokens at temperature 0).
-    drafter: what drafts (`specdec_jax.decoding.drafters`): 'model' (the draft model),
+    drafter: what drafts (`specdec_jax.decoding.drafters`), a name or a configured object
+      (`@specdec_jax.LookupDrafter()` with `specdec_jax.LookupDrafter.max_ngram = 3`):
+      'model' (the draft model),
       'lookup' (n-gram lookup in the input and the text so far: no draft model needed),
       'lookup+model' (lookup where it matches, else the draft model), 'bigram' /
       'unigram' (a table, `ngram_table_path`). Every drafter is exact.
@@ -209,6 +211,9 @@ def _validate_settings(s: dict) -> None:
   except ValueError as e:
     raise ValueError(f'decode.drafter: {e}') from e
   s['drafter'] = generate_t5.drafter_name(s['drafter_spec'])
+  lookup = getattr(s['drafter_spec'], 'lookup', s['drafter_spec'])
+  if hasattr(lookup, 'max_ngram'):  # a configured object's settings win (the summary's)
+    s['lookup_max_ngram'], s['lookup_min_ngram'] = lookup.max_ngram, lookup.min_ngram
   if s['on_long_input'] not in inputs_lib.ON_LONG_INPUT:
     raise ValueError(f'decode.on_long_input must be one of {inputs_lib.ON_LONG_INPUT}, '
                      f"got {s['on_long_input']!r}.")
@@ -257,6 +262,12 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
   s = dict(settings)
   _validate_settings(s)
   output = check_output_path(s['output_path'])
+  if s['input_path'] and not s['task_name']:
+    inp = pathlib.Path(s['input_path']).expanduser()
+    summary = output.with_name(output.name + '.summary.json')
+    if inp.exists() and any(inp.resolve() == x.resolve() for x in (output, summary)):
+      raise ValueError(f"decode.output_path {str(output)!r} would overwrite the input "
+                       f"(decode.input_path {s['input_path']!r}); name another output file.")
   # Input files are checked first: a typo there should not wait for anything else.
   if s['input_path'] and not s['task_name']:
     inputs_lib.check_input_file(s['input_path'])

@@ -90,6 +90,7 @@ def run_decode(p: Prepared) -> dict:
     batch_times = []
     shown = []
     speculative = s['method'] == 'speculative'
+    cut = 0  # outputs that reached max_decode_len without EOS
     exact = not speculative or s.get('lenience', 1.0) == 1.0
     t_run = time.perf_counter()
     with out_file, tqdm(total=n_batches, unit='batch', disable=not show, file=sys.stderr,
@@ -101,6 +102,9 @@ def run_decode(p: Prepared) -> dict:
         for row, ex in enumerate(batch.examples):
           pred = p.vocab.decode([int(t) for t in decodes[row]])
           rec = {'inputs': ex.record.inputs, 'prediction': pred}
+          # 'eos', or 'max_decode_len' when the output was cut there (no EOS emitted).
+          rec['ended'] = 'eos' if (decodes[row] == p.eos_id).any() else 'max_decode_len'
+          cut += rec['ended'] != 'eos'
           if ex.record.targets is not None:
             rec['targets'] = ex.record.targets
           for key in ('target_calls', 'drafted', 'accepted', 'tokens'):
@@ -148,6 +152,7 @@ def run_decode(p: Prepared) -> dict:
         'examples': n, 'batches': n_batches,
         'padding_rows': n_batches * s['batch_size'] - n,
         'truncated_inputs': sum(ex.truncated for ex in p.examples),
+        'cut_at_max_decode_len': cut,
         'compile_s': compile_s, 'warmup_s': warmup_s, 'run_s': run_s,
         'run_includes_compile': not s['warmup'],
         'examples_per_s': n / run_s if run_s > 0 else None,
@@ -188,6 +193,11 @@ def run_decode(p: Prepared) -> dict:
   if shown:
     print()
   print_summary(summary)
+  if summary['cut_at_max_decode_len']:
+    flags.print_warning(
+        f"{summary['cut_at_max_decode_len']} of {summary['examples']} outputs reached "
+        f"decode.max_decode_len={s['max_decode_len']} without EOS (cut there; their rows say "
+        "\"ended\": \"max_decode_len\"); raise decode.max_decode_len to let them finish.")
   return summary
 
 
@@ -236,6 +246,7 @@ def print_summary(summary: dict, stream=None) -> None:
       ('acceptance rate', fmt(summary['acceptance_rate'])),
       ('BLEU', fmt(summary['bleu'], '.2f')),
       ('truncated inputs', str(summary['truncated_inputs'])),
+      ('cut at max_decode_len', str(summary.get('cut_at_max_decode_len', 0))),
       ('output', summary['output']),
   ]
   width = max(len(k) for k, _ in rows)

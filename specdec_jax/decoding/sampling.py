@@ -36,7 +36,7 @@ def validate_sampling_args(temperature, topk, topp) -> None:
 
   Raises:
     ValueError: topk and topp both non-zero, topk negative or not an int, topp
-      outside [0, 1], or a negative or NaN (concrete) temperature.
+      outside [0, 1], or a negative, infinite or NaN (concrete) temperature.
   """
   check_int('topk (0 = off)', topk, 0)
   if isinstance(topp, (int, float)) and not 0.0 <= topp <= 1.0:
@@ -45,8 +45,10 @@ def validate_sampling_args(temperature, topk, topp) -> None:
     raise ValueError(f'At most one of topk and topp may be non-zero (got topk={topk}, '
                      f'topp={topp}); set the other to 0.')
   if not isinstance(temperature, jax.core.Tracer):
-    if not bool(np.all(np.asarray(temperature, np.float64) >= 0)):  # also catches NaN
-      raise ValueError(f'temperature must be >= 0 (0 = greedy), got {temperature!r}.')
+    t = np.asarray(temperature, np.float64)
+    if not bool(np.all((t >= 0) & np.isfinite(t))):  # also catches NaN and ±inf
+      raise ValueError(f'temperature must be >= 0 and finite (0 = greedy), got '
+                       f'{temperature!r}.')
 
 
 def is_static_greedy(temperature) -> bool:

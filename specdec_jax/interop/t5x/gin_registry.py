@@ -13,6 +13,10 @@ registers, under T5X's binding names:
   specdec_jax.t5x_decoding.speculative_sample  `decode_fn`, as in T5X)
   specdec_jax.decoding.temperature_sample      our-layout loop (not a model decode_fn)
   specdec_jax.DraftPolicy               specdec_jax.decoding.policies.DraftPolicy (adaptive γ)
+  specdec_jax.LookupDrafter             specdec_jax.decoding.drafters.LookupDrafter (n-gram
+                                        lookup with its settings: `decode.drafter =
+                                        @specdec_jax.LookupDrafter()`)
+  specdec_jax.NgramTableDrafter         specdec_jax.decoding.drafters.NgramTableDrafter
   specdec_jax.standard_logical_axis_rules  T5X's logical axis rules (sharding)
   specdec_jax.t5_vocab_path             path of the shared T5 SentencePiece model
 
@@ -45,6 +49,7 @@ import jax.numpy as jnp
 
 from specdec_jax import decoding
 from specdec_jax.util import paths
+from specdec_jax.decoding import drafters
 from specdec_jax.decoding import policies
 from specdec_jax.interop.t5x import decoding as t5x_decoding
 from specdec_jax.models import t5
@@ -118,6 +123,8 @@ _register(t5x_decoding.temperature_sample, 'temperature_sample', 'specdec_jax.t5
 _register(t5x_decoding.speculative_sample, 'speculative_sample', 'specdec_jax.t5x_decoding')
 _register(t5_vocab_path, 't5_vocab_path', 'specdec_jax')
 _register(policies.DraftPolicy, 'DraftPolicy', 'specdec_jax')
+_register(drafters.LookupDrafter, 'LookupDrafter', 'specdec_jax')
+_register(drafters.NgramTableDrafter, 'NgramTableDrafter', 'specdec_jax')
 _register(sharding_rules.standard_logical_axis_rules, 'standard_logical_axis_rules',
           'specdec_jax')
 

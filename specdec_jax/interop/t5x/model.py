@@ -128,7 +128,7 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
     drafter: 'model' (default: the draft model), 'lookup' (n-gram lookup in the encoder
       input and the text so far), 'lookup+model', 'bigram' / 'unigram' (a table,
       `ngram_table`); with 'lookup' or a table `draft_module` may be None (a T5X user
-      with only the large checkpoint). gin: `MODEL.drafter = 'lookup'`.
+      with only the large checkpoint). gin: `models.SpeculativeEncoderDecoderModel.drafter = 'lookup'`.
     ngram_table: a table file (`specdec_jax.drafters.tables`) for 'bigram' / 'unigram',
       loaded at construction.
     lenience: l in (0, 1] (paper Appendix A.5); 1 (default) is exact, l < 1 is NOT.
