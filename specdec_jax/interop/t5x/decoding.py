@@ -376,11 +376,7 @@ def speculative_sample(inputs, cache, tokens_to_logits: Optional[Callable], eos_
 
   length = generate.cache_length(max_decode_len, gamma)
   enc = target.encoder_input_tokens
-  if target.encoded is None:
-    target_cache = t5.encode_and_init_cache(target.module, tparams, enc, length)
-  else:
-    target_cache = target.module.apply({'params': tparams}, target.encoded, enc, length,
-                                       method=t5.Transformer.init_cache)
+  target_cache = _target_cache(target, tparams, length)
   draft_cache = t5.encode_and_init_cache(draft_module, dparams, enc, length)
   decodes, log_probs, stats = decoding.speculative_sample(
       t5x_prompt_to_ours(inputs), target_cache, t5.make_step_fn(target.module, tparams),
@@ -396,6 +392,15 @@ def speculative_sample(inputs, cache, tokens_to_logits: Optional[Callable], eos_
   return decodes, log_probs
 
 
+def _target_cache(target, tparams, length: int):
+  """The target's k-token cache of `length` positions for its encoder inputs (re-using
+  T5X's encoder outputs when the caller's `tokens_to_logits` carried them)."""
+  if target.encoded is None:
+    return t5.encode_and_init_cache(target.module, tparams, target.encoder_input_tokens, length)
+  return target.module.apply({'params': tparams}, target.encoded, target.encoder_input_tokens,
+                             length, method=t5.Transformer.init_cache)
+
+
 def _with_model(spec, draft_module, dparams, draft_policy):
   """A resolved 'lookup+model' spec with the draft's real step function."""
   return drafters_lib.LookupThenModel(spec.lookup, drafters_lib.ModelDrafter(
@@ -407,13 +412,8 @@ def _model_free(inputs, target, tparams, spec, eos_id, gamma, decode_rng, num_de
                 draft_policy, verification, ngram_table, lenience, return_stats):
   """`speculative_sample` with a drafter that needs no draft model (lookup, tables)."""
   _, max_decode_len = inputs.shape
-  length = generate.cache_length(max_decode_len, gamma)
   enc = target.encoder_input_tokens
-  if target.encoded is None:
-    target_cache = t5.encode_and_init_cache(target.module, tparams, enc, length)
-  else:
-    target_cache = target.module.apply({'params': tparams}, target.encoded, enc, length,
-                                       method=t5.Transformer.init_cache)
+  target_cache = _target_cache(target, tparams, generate.cache_length(max_decode_len, gamma))
   if isinstance(spec, drafters_lib.NgramTableDrafter):
     if isinstance(ngram_table, (str, os.PathLike)):
       ids, log_probs, _ = tables.load(ngram_table, target.module.config.vocab_size)
