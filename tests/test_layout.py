@@ -237,7 +237,8 @@ def test_every_module_imports():
 def test_every_gin_file_parses_and_binds_registered_names():
   """Every gin file under configs/ and specdec_jax/configs/ parses with the jobs' modules
   imported: each binding names a registered configurable (gin raises on an unknown one).
-  T5X's own files (they import t5x) are parsed only when t5x is installed."""
+  T5X's own files (they import t5x), and files including them, are parsed only when t5x
+  is installed."""
   repo = PKG.parent
   files = sorted(str(p.relative_to(repo)) for root in (repo / 'configs', PKG / 'configs')
                  for p in root.rglob('*.gin'))
@@ -247,11 +248,20 @@ import gin
 import specdec_jax.decode, specdec_jax.train.job, specdec_jax.train.distill_data
 import specdec_jax.benchmark.job
 import specdec_jax.interop.t5x.gin_registry
+import re
 has_t5x = importlib.util.find_spec('t5x') is not None
+
+def needs_t5x(f, seen=()):
+  # T5X's own files, and files that include one (transitively).
+  text = open(f).read()
+  if 'from t5x' in text or 't5x/adafactor' in text or 'restore_draft' in text:
+    return True
+  return any(needs_t5x(inc, seen + (f,)) for inc in re.findall(r"^include '([^']+)'", text, re.M)
+             if inc not in seen and inc.startswith(('configs/', 'specdec_jax/')))
+
 bad, parsed = {}, 0
 for f in json.loads(sys.argv[1]):
-  text = open(f).read()
-  if not has_t5x and ('from t5x' in text or 't5x/adafactor' in text or 'restore_draft' in text):
+  if not has_t5x and needs_t5x(f):
     continue
   gin.clear_config()
   try:

@@ -1,6 +1,7 @@
 """Speculative sampling (Leviathan et al. 2023, Algorithm 1) in one `lax.while_loop`.
 
-One round, per row: `draft.draft_block` proposes γ tokens, `verify.verify_block`
+One round, per row: a drafter (`drafters.py`; by default the draft model through
+`draft.draft_block`) proposes up to γ tokens, `verify.verify_block`
 scores them in one (γ+1)-token target call, `accept` keeps a prefix and draws one
 more token, and the commit below writes the emitted tokens and advances the row.
 Rows advance by their own counts; finished rows keep computing but commit nothing.
