@@ -41,6 +41,7 @@ speedup_vs_gamma.png, tokens_per_second.png.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -50,6 +51,7 @@ import time
 from typing import Optional, Sequence
 
 import gin
+import jax
 
 from specdec_jax.util import atomic
 from specdec_jax import decode as decode_lib
@@ -255,6 +257,7 @@ def benchmark(output_dir: str = 'out/benchmark',
   except ValueError as e:
     raise BenchmarkConfigError(f'benchmark.{e}') from e
   drafters = tuple(drafters)
+  from specdec_jax.generate import t5 as generate_t5  # pylint: disable=g-import-not-at-top
   need_draft = 'model' in drafters or 'lookup+model' in drafters
   settings = dict(num_sentences=num_sentences, gammas=tuple(gammas),
                   batch_sizes=tuple(batch_sizes), temperatures=tuple(temperatures),
@@ -287,7 +290,7 @@ def benchmark(output_dir: str = 'out/benchmark',
                                    f'folder holding {name}.npz; bind benchmark.pair_dir.')
       ids, log_probs, _ = tables_lib.load(pathlib.Path(pair.folder) / f'{name}.npz',
                                           models.target_model.config.vocab_size)
-      tables[name] = (ids, log_probs)
+      tables[name] = jax.device_put((ids, log_probs))  # once, not per call
   data = []
   for name, path in datasets:
     records = read_sentences(path, s['num_sentences'])
@@ -341,13 +344,15 @@ def benchmark(output_dir: str = 'out/benchmark',
                       sampler=baseline_sampler, **common)
         specs = [Runner(models, batches, method='speculative', gamma=g, **common)
                  for g in s['gammas']] if 'model' in drafters else []
-        lookup_spec = drafters_lib.LookupDrafter(lookup_max_ngram, lookup_min_ngram)
+        spec_of = functools.partial(generate_t5.resolve_drafter,
+                                    lookup_max_ngram=lookup_max_ngram,
+                                    lookup_min_ngram=lookup_min_ngram)
         others = [Runner(models, batches, method='speculative', gamma=g,
-                         drafter=_drafter_arg(d, lookup_spec), ngram_table=tables.get(d),
+                         drafter=spec_of(d), ngram_table=tables.get(d),
                          **common)
                   for d in drafters if d != 'model' for g in s['gammas']]
         lenient = [Runner(models, batches, method='speculative', gamma=g,
-                          drafter=_drafter_arg(drafters[0], lookup_spec),
+                          drafter=spec_of(drafters[0]),
                           ngram_table=tables.get(drafters[0]), lenience=float(lenience),
                           **common)
                    for lenience in leniences if lenience != 1.0
@@ -465,15 +470,6 @@ def benchmark(output_dir: str = 'out/benchmark',
 
 benchmark = gin.configurable(benchmark, denylist=['compilation_cache'])
 
-
-def _drafter_arg(name: str, lookup):
-  """The `drafter` a Runner passes to `t5_speculative_generate` for a benchmark name."""
-  from specdec_jax.decoding import drafters as drafters_lib  # pylint: disable=g-import-not-at-top
-  if name == 'lookup':
-    return lookup
-  if name == 'lookup+model':
-    return drafters_lib.LookupThenModel(lookup, drafters_lib.ModelDrafter(None))
-  return name
 
 
 

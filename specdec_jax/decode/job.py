@@ -345,7 +345,8 @@ def _ngram_table(s: dict, pair):
                      f"decode.drafter={s['drafter']!r}; use a "
                      f"{'bigram' if spec.order == 2 else 'unigram'} table.")
   s['ngram_table_path'] = path
-  return ids, log_probs
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.device_put((ids, log_probs))  # once: not copied to the device on every batch
 
 
 def _plan(s: dict):

@@ -394,12 +394,15 @@ def _check_table(table, spec, target_model):
   except (TypeError, IndexError, KeyError):
     raise ValueError('ngram_table must be a pair (ids [rows, k] int32, log_probs [rows, k] '
                      'float32).') from None
-  ids, log_probs = np.asarray(ids), np.asarray(log_probs)
   rows = 1 if spec.order == 1 else None
-  if ids.ndim != 2 or ids.shape != log_probs.shape or (rows and ids.shape[0] != rows):
-    raise ValueError(f'ngram_table has ids {ids.shape} and log_probs {log_probs.shape}; '
-                     f'a {drafter_name(spec)} table needs equal [rows, k] shapes'
-                     + (' with one row.' if rows else '.'))
+  if (jnp.ndim(ids) != 2 or jnp.shape(ids) != jnp.shape(log_probs)
+      or (rows and jnp.shape(ids)[0] != rows)):
+    raise ValueError(f'ngram_table has ids {jnp.shape(ids)} and log_probs '
+                     f'{jnp.shape(log_probs)}; a {drafter_name(spec)} table needs equal '
+                     '[rows, k] shapes' + (' with one row.' if rows else '.'))
+  if isinstance(ids, jax.Array):  # already on the device (checked when it was loaded)
+    return ids.astype(jnp.int32), jnp.asarray(log_probs, jnp.float32)
+  ids = np.asarray(ids)
   vocab = target_model.config.vocab_size
   if ids.size and (ids.min() < 0 or ids.max() >= vocab):
     raise ValueError(f'ngram_table ids lie outside the target vocabulary [0, {vocab}).')
