@@ -3,7 +3,8 @@ r"""BLEU of a trained EN→DE model (greedy decoding) on a shared-data split; op
   python scripts/eval_bleu.py --run_dir=runs/target_ende --split=ende/multi30k/test_2016_flickr \
       --num=500 [--draft_run_dir=runs/draft_ende]
 
-Decoding: `specdec_jax.generate.t5_generate` (temperature 0 = greedy).
+Decoding: `specdec_jax.generate.t5_generate` (temperature 0 = greedy), or for a decoder-only
+model `decoder_only_generate` with each input as its prompt (prefix LM as its run says).
 BLEU is sacrebleu's corpus BLEU (13a tokenization) of the detokenized output against the raw
 reference text. With `--draft_run_dir`, the draft is scored teacher-forced along the target's
 greedy outputs: argmax agreement (α for greedy speculative decoding, γ-independent estimate)
@@ -24,7 +25,19 @@ from specdec_jax.train import data as data_lib  # noqa: E402
 from specdec_jax.train import evaluation  # noqa: E402
 from specdec_jax.train import job as train_lib  # noqa: E402
 from specdec_jax.text import vocabulary  # noqa: E402
-from specdec_jax.models import t5  # noqa: E402
+from specdec_jax.models import family  # noqa: E402
+
+
+def _bidirectional(run_dir) -> bool:
+  """A decoder-only model's prefix-LM flag: its run's summary.json, or its pair.json."""
+  run_dir = pathlib.Path(run_dir)
+  for path in (run_dir / 'summary.json', run_dir.parent / 'pair.json'):
+    if path.is_file():
+      value = json.loads(path.read_text()).get('inputs_bidirectional_attention')
+      if value is not None:
+        return bool(value)
+  raise SystemExit(f'{run_dir}: no inputs_bidirectional_attention in summary.json or '
+                   '../pair.json; it says whether the model is a prefix LM.')
 
 
 def main(argv=None):
@@ -43,11 +56,16 @@ def main(argv=None):
   processor = vocabulary.load_processor(args.vocab)
   src, ref = data_lib.read_parallel(args.split, limit=args.num)
   config, params = train_lib.load_run(args.run_dir)
-  model = t5.Transformer(config.replace(dropout_rate=0.0))
+  model = family.build(config.replace(dropout_rate=0.0))
+  decode_kwargs = {}
+  if not hasattr(model, 'encode'):  # decoder-only: prefix LM or not, from the run / pair
+    decode_kwargs['inputs_bidirectional_attention'] = _bidirectional(args.run_dir)
   draft = None
   if args.draft_run_dir:
+    if decode_kwargs:
+      raise SystemExit('--draft_run_dir: the agreement estimate is for T5 pairs only.')
     dconfig, dparams = train_lib.load_run(args.draft_run_dir)
-    draft = t5.Transformer(dconfig.replace(dropout_rate=0.0))
+    draft = family.build(dconfig.replace(dropout_rate=0.0))
   inputs = data_lib.encode_inputs(processor, src)
   truncated = sum(len(x) > args.max_input_len for x in inputs)
   inputs = [x if len(x) <= args.max_input_len else x[:args.max_input_len - 1] + [1]
@@ -58,7 +76,8 @@ def main(argv=None):
   for idx, decodes in evaluation.decode_batches(model, params, inputs,
                                                 batch_size=args.batch_size,
                                                 max_decode_len=args.max_decode_len,
-                                                input_buckets=(args.max_input_len,)):
+                                                input_buckets=(args.max_input_len,),
+                                                **decode_kwargs):
     for i, row in zip(idx, decodes):
       ids = evaluation.ids_until_eos(row)
       if len(ids) >= args.max_decode_len:
@@ -72,7 +91,9 @@ def main(argv=None):
   bleu = evaluation.corpus_bleu(hyps, ref)
   result = {'run_dir': args.run_dir, 'split': args.split, 'sentences': len(hyps),
             'bleu': round(bleu.score, 2), 'bleu_signature': str(bleu),
-            'decoder': 'generate.t5_generate', 'inputs_truncated': truncated,
+            'decoder': ('generate.t5_generate' if not decode_kwargs else
+                        'generate.decoder_only_generate'), **decode_kwargs,
+            'inputs_truncated': truncated,
             'max_input_len': args.max_input_len, 'max_decode_len': args.max_decode_len,
             'outputs_reaching_max_decode_len': len(reached_max),
             'outputs_reaching_max_decode_len_indices': sorted(reached_max),

@@ -9,8 +9,9 @@ r"""Exports the trained demo pair into `specdec_jax/assets/demo_ende/` (T5X lega
 
 Writes `<out>/target/checkpoint_<step>/` and `<out>/draft/checkpoint_<step>/` with
 `specdec_jax.checkpoints.save_t5x_checkpoint` (TensorStore/zarr arrays beside the msgpack,
-as T5X does), a `config.json` (T5Config) next to each, and `<out>/pair.json` recording both
-configs, the vocabulary and the training summaries. `--target_run=` (empty) or
+as T5X does), a `config.json` (the model config: a T5Config, or a decoder-only config with
+its `family`) next to each, and `<out>/pair.json` recording both configs (for a decoder-only
+pair also `inputs_bidirectional_attention`, from the training summary), the vocabulary and the training summaries. `--target_run=` (empty) or
 `--draft_run=` keeps that model as shipped, with its `pair.json` entry (e.g. a new draft
 for the shipped target). `--draft_run=none` writes a pair without a draft (for the
 model-free drafters: lookup, tables); the vocabulary is copied into `<out>/vocab/` when
@@ -32,7 +33,7 @@ import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from specdec_jax.train import job as train_lib  # noqa: E402
-from specdec_jax.models import t5  # noqa: E402
+from specdec_jax.models import family  # noqa: E402
 
 
 def export_model(run_dir, out_dir, dtype):
@@ -40,7 +41,7 @@ def export_model(run_dir, out_dir, dtype):
   from specdec_jax.util import atomic
   run_dir, out_dir = pathlib.Path(run_dir), pathlib.Path(out_dir)
   config, params = train_lib.load_run(run_dir)
-  t5.check_params(params, config)
+  family.check_params(params, config)
   summary = json.loads((run_dir / 'summary.json').read_text())
   step = int(summary['steps'])
   tmp = out_dir.with_name(f'.{out_dir.name}.export.tmp')
@@ -54,7 +55,7 @@ def export_model(run_dir, out_dir, dtype):
     path = checkpoints.save_t5x_checkpoint(params, tmp, step, dtype=dtype)
     atomic.write_text(tmp / 'config.json', json.dumps(train_lib.config_to_dict(config), indent=2))
     # Round trip: what is shipped loads back onto the config.
-    t5.check_params(checkpoints.load_t5x_checkpoint(tmp, config=config), config)
+    family.check_params(checkpoints.load_t5x_checkpoint(tmp, config=config), config)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
@@ -116,6 +117,8 @@ def main(argv=None):
                   't5_config': train_lib.config_to_dict(config),
                   'train_summary': {k: v for k, v in summary.items() if k != 'config'}}
     pair[f'{role}_config'] = pair[role]['t5_config']  # the key specdec_jax.decode reads
+    if 'inputs_bidirectional_attention' in summary:  # a decoder-only run: prefix LM or not
+      pair['inputs_bidirectional_attention'] = summary['inputs_bidirectional_attention']
     print(role, path)
   atomic.write_text(out / 'pair.json', json.dumps(pair, indent=2))
   print(json.dumps({k: v for k, v in pair.items() if k not in ('target', 'draft')}))

@@ -212,6 +212,11 @@ ENTRY_POINTS = [
     'from specdec_jax.decoding import drafters; drafters.LookupDrafter; '
     'drafters.NgramTableDrafter; drafters.LookupThenModel; drafters.ModelDrafter',
     'from specdec_jax.generate import resolve_drafter, needs_draft_model',
+    'from specdec_jax.models import decoder_only, family; decoder_only.DecoderOnlyTransformer; '
+    'decoder_only.prefill_cache; family.build',
+    'from specdec_jax import generate; generate.decoder_only_generate; '
+    'generate.decoder_only_speculative_generate',
+    'from specdec_jax.interop.t5x.decoder_only_model import SpeculativeDecoderOnlyModel',
     'from specdec_jax.drafters import tables; tables.estimate; tables.load; tables.main',
     'from specdec_jax.text import gleu; gleu.corpus_gleu; gleu.read_jfleg; gleu.main',
     'from specdec_jax.train import gec_data; gec_data.build; gec_data.main',

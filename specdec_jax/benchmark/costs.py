@@ -26,6 +26,7 @@ ran, the same formula isolates the engine's own overhead from the variance of α
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -66,7 +67,41 @@ def _cache_length(max_decode_len: int, gammas: Sequence[int]) -> int:
   return generate.cache_length(max_decode_len, max(gammas))
 
 
-def step_costs(models, tokens, max_decode_len, gammas, iters: int) -> dict:
+@functools.lru_cache(maxsize=32)
+def _cache_fn(model, length: int, bidirectional: bool):
+  """One jitted `(params, tokens) -> (cache, lengths)` per (model, length, mode)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models import decoder_only  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
+  if hasattr(model, 'encode'):
+    return jax.jit(lambda p, x: (t5.encode_and_init_cache(model, p, x, length),
+                                 jnp.zeros((x.shape[0],), jnp.int32)))
+
+  def prefill(p, x):
+    region = jnp.concatenate([jnp.zeros((x.shape[0], 1), jnp.int32), x], axis=1)
+    return decoder_only.prefill_cache(model, p, region, length,
+                                      inputs_bidirectional_attention=bidirectional)
+  return jax.jit(prefill)
+
+
+def prepare_cache(model, params, tokens, length: int, bidirectional: bool = False):
+  """`(cache, lengths)`: the decode cache of `length` slots for a batch of inputs, as the
+  decoders prepare it: encoded (T5: encoder + cross K/V, lengths 0) or prefilled with the
+  inputs as prompts (decoder-only: lengths = the prompt lengths), in one jitted call."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return _cache_fn(model, length, bool(bidirectional))(params, jnp.asarray(tokens, jnp.int32))
+
+
+def _step_fn(model, params):
+  from specdec_jax.models import decoder_only  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
+  return (t5.make_step_fn if hasattr(model, 'encode') else decoder_only.make_step_fn)(
+      model, params)
+
+
+def step_costs(models, tokens, max_decode_len, gammas, iters: int,
+               bidirectional: bool = False) -> dict:
   """Seconds per cached call, measured inside a compiled loop, and the ratios c and v.
 
   Each (model, k) gets one jitted `lax.fori_loop` of `LOOP_STEPS` k-token calls that
@@ -77,10 +112,12 @@ def step_costs(models, tokens, max_decode_len, gammas, iters: int) -> dict:
 
   Args:
     models: `benchmark.Models` (target/draft model and params).
-    tokens: int32 `[batch, enc_len]` encoder inputs (their batch and length are used).
+    tokens: int32 `[batch, enc_len]` encoder inputs (their batch and length are used), or
+      a decoder-only model's prompts (the steps then run after the prefilled prompts).
     max_decode_len: the decode length (sets the cache length).
     gammas: the γ values whose verify width γ+1 is timed.
     iters: timed runs per loop.
+    bidirectional: decoder-only pairs: prefix-LM prefill.
   Returns:
     dict with target_step_s {k: s}, draft_step_s, c = draft / target 1-token call
     (paper §3.3) and v {γ: target (γ+1)-token call / target 1-token call}.
@@ -88,20 +125,20 @@ def step_costs(models, tokens, max_decode_len, gammas, iters: int) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from specdec_jax.decoding import sampling  # pylint: disable=g-import-not-at-top
-  from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
-  length = _cache_length(max_decode_len, gammas)
+  decoder_only = not hasattr(models.target_model, 'encode')
+  length = _cache_length(max_decode_len + (tokens.shape[1] if decoder_only else 0), gammas)
 
   def timings(model, params, ks):
-    cache = jax.jit(lambda p, x: t5.encode_and_init_cache(model, p, x, length))(
-        params, jnp.asarray(tokens))
+    cache, start = prepare_cache(model, params, tokens, length, bidirectional)
     b = tokens.shape[0]
     out = {}
     for k in ks:
-      lengths = jnp.full((b,), max(0, min(8, length - k)), jnp.int32)
+      lengths = (jnp.minimum(start + 8, length - k) if decoder_only else
+                 jnp.full((b,), max(0, min(8, length - k)), jnp.int32))
 
       @jax.jit
       def loop(p, c, k=k, lengths=lengths):
-        step = t5.make_step_fn(model, p)
+        step = _step_fn(model, p)
 
         def body(_, carry):
           c, tok = carry
@@ -124,21 +161,20 @@ def step_costs(models, tokens, max_decode_len, gammas, iters: int) -> dict:
               v={str(g): target[g + 1] / t1 for g in gammas})
 
 
-def encoder_costs(models, tokens, max_decode_len: int, gammas, iters: int) -> dict:
-  """Seconds of one `encode_and_init_cache` call of each model on `tokens` [batch, len]."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
-  length = _cache_length(max_decode_len, gammas)
+def encoder_costs(models, tokens, max_decode_len: int, gammas, iters: int,
+                  bidirectional: bool = False) -> dict:
+  """Seconds of one cache preparation of each model on `tokens` [batch, len]: T5's
+  `encode_and_init_cache`, or a decoder-only model's prompt prefill (`prepare_cache`)."""
+  decoder_only = not hasattr(models.target_model, 'encode')
+  length = _cache_length(max_decode_len + (tokens.shape[1] if decoder_only else 0), gammas)
   out = {}
   for role in ('target', 'draft'):
     model, params = getattr(models, f'{role}_model'), getattr(models, f'{role}_params')
     if model is None:  # no draft model: nothing to encode
       out[f'{role}_s'] = 0.0
       continue
-    fn = jax.jit(lambda p, x, model=model: t5.encode_and_init_cache(model, p, x, length))
-    x = jnp.asarray(tokens)
-    out[f'{role}_s'] = _median_time(lambda fn=fn, p=params: fn(p, x), iters)
+    out[f'{role}_s'] = _median_time(
+        lambda m=model, p=params: prepare_cache(m, p, tokens, length, bidirectional), iters)
   return out
 
 

@@ -114,14 +114,16 @@ def check_settings(*, num_sentences, gammas, temperatures, batch_sizes, repeats,
 
 
 def measure_costs(models, batches, *, max_decode_len, gammas, temperatures, iters,
-                  vocab_size, eos_id, baseline_sampler='gumbel') -> dict:
-  """Every phase's cost for one batch size (see `benchmark/costs.py`), in seconds."""
+                  vocab_size, eos_id, baseline_sampler='gumbel', bidirectional=False) -> dict:
+  """Every phase's cost for one batch size (see `benchmark/costs.py`), in seconds
+  (a decoder-only pair's 'encoder' cost is its prompt prefill)."""
   first = batches[0].tokens
-  out = costs_lib.step_costs(models, first, max_decode_len, gammas, iters)
+  out = costs_lib.step_costs(models, first, max_decode_len, gammas, iters, bidirectional)
   shapes = {}
   for b in batches:
     shapes.setdefault(b.tokens.shape[1], b.tokens)
-  out['encoder'] = {str(n): costs_lib.encoder_costs(models, tok, max_decode_len, gammas, iters)
+  out['encoder'] = {str(n): costs_lib.encoder_costs(models, tok, max_decode_len, gammas, iters,
+                                                    bidirectional)
                     for n, tok in sorted(shapes.items())}
   out['overheads'] = {f'{float(t):g}': costs_lib.loop_overheads(
       first.shape[0], vocab_size, max_decode_len, gammas, float(t), iters, eos_id,
@@ -281,6 +283,14 @@ def benchmark(output_dir: str = 'out/benchmark',
                                   draft_checkpoint, vocab_path, extra_ids, checkpoint_dtype,
                                   plan, need_draft=need_draft)
   eos = vocab.eos_id
+  decoder_only = not hasattr(models.target_model, 'encode')
+  bidirectional = bool(pair.inputs_bidirectional_attention)
+  if decoder_only:  # the HF peer and the cold-start child are T5-only
+    settings['hf_peer'] = False
+    settings['startup'] = False
+    if plan is not None:
+      raise BenchmarkConfigError('benchmark.mesh_shape with a decoder-only pair is not '
+                                 'supported yet; drop it.')
   tables = {}
   for name in drafters:
     if name in ('bigram', 'unigram'):
@@ -330,7 +340,7 @@ def benchmark(output_dir: str = 'out/benchmark',
                           gammas=s['gammas'], temperatures=s['temperatures'],
                           iters=s['step_timing_iters'],
                           vocab_size=models.target_model.config.vocab_size, eos_id=eos,
-                          baseline_sampler=baseline_sampler)
+                          baseline_sampler=baseline_sampler, bidirectional=bidirectional)
     results['step_costs'][str(bs)] = costs
     print(f'[batch {bs}] c = {costs["c"]:.3f}, v = '
           + ', '.join(f'γ{g}:{costs["v"][str(g)]:.2f}' for g in s['gammas']), flush=True)
@@ -339,7 +349,7 @@ def benchmark(output_dir: str = 'out/benchmark',
         batches = list(inputs_lib.batches(examples, bs, max_input_len, input_length_buckets))
         common = dict(temperature=float(temp), max_decode_len=max_decode_len, eos_id=eos,
                       seed=seed, real_vocab_size=vocab.vocab_size, plan=plan, topk=topk,
-                      topp=topp)
+                      topp=topp, inputs_bidirectional_attention=bidirectional)
         base = Runner(models, batches, method='baseline', gamma=None,
                       sampler=baseline_sampler, **common)
         specs = [Runner(models, batches, method='speculative', gamma=g, **common)

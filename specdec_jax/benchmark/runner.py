@@ -60,7 +60,7 @@ def load_pair(pair_dir, target_config, draft_config, target_checkpoint, draft_ch
   import jax  # pylint: disable=g-import-not-at-top
   from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
   from specdec_jax import decode as decode_lib  # pylint: disable=g-import-not-at-top
-  from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models import family  # pylint: disable=g-import-not-at-top
   pair = decode_lib.resolve_pair(pair_dir, target_config=target_config,
                                  draft_config=draft_config,
                                  target_checkpoint=target_checkpoint,
@@ -74,10 +74,10 @@ def load_pair(pair_dir, target_config, draft_config, target_checkpoint, draft_ch
         getattr(pair, f'{role}_checkpoint'), cfg,
         dtype=decode_lib._dtype(checkpoint_dtype),  # pylint: disable=protected-access
         shardings=None if plan is None else plan.param_shardings(cfg, role))
-    t5.check_params(params, cfg)
+    family.check_params(params, cfg)
     if plan is None:  # Once, here: numpy params would be copied to the device per call.
       params = jax.device_put(params)
-    loaded[role] = (t5.Transformer(cfg), params)
+    loaded[role] = (family.build(cfg), params)
   return pair, vocab, Models(loaded['target'][0], loaded['target'][1], loaded['draft'][0],
                              loaded['draft'][1])
 
@@ -111,6 +111,7 @@ class Runner:
   drafter: str = 'model'  # speculative rows: generate.t5.resolve_drafter's names
   ngram_table: Any = None  # (ids, log_probs) of a 'bigram' / 'unigram' drafter
   lenience: float = 1.0  # < 1: NOT exact (paper Appendix A.5)
+  inputs_bidirectional_attention: bool = False  # decoder-only pairs: prefix-LM prefill
   times: list = dataclasses.field(default_factory=list)
   first_call_s: Optional[float] = None
   outputs: Optional[list] = None
@@ -123,7 +124,19 @@ class Runner:
     from specdec_jax import generate  # pylint: disable=g-import-not-at-top
     key = jax.random.fold_in(jax.random.PRNGKey(self.seed), i)
     kw = dict(eos_id=self.eos_id, temperature=self.temperature, decode_rng=key,
-              sharding_plan=self.plan, topk=self.topk, topp=self.topp)
+              topk=self.topk, topp=self.topp)
+    if not hasattr(self.m.target_model, 'encode'):  # decoder-only: the input is the prompt
+      kw['inputs_bidirectional_attention'] = self.inputs_bidirectional_attention
+      if self.method == 'baseline':
+        return generate.decoder_only_generate(self.m.target_model, self.m.target_params,
+                                              batch.tokens, self.max_decode_len,
+                                              sampler=self.sampler, **kw)
+      return generate.decoder_only_speculative_generate(
+          self.m.target_model, self.m.target_params, self.m.draft_model, self.m.draft_params,
+          batch.tokens, self.max_decode_len, self.gamma, real_vocab_size=self.real_vocab_size,
+          draft_policy=self.policy, verification=self.verification, drafter=self.drafter,
+          ngram_table=self.ngram_table, lenience=self.lenience, **kw)
+    kw['sharding_plan'] = self.plan
     if self.method == 'baseline':
       return generate.t5_generate(self.m.target_model, self.m.target_params, batch.tokens,
                                   self.max_decode_len, sampler=self.sampler, **kw)

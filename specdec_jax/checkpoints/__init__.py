@@ -84,7 +84,7 @@ def read_t5x_arrays(path: str | os.PathLike, subtree: str | None = 'target', *,
   return read_msgpack(location, subtree, array_metadata, dtype=dtype)
 
 
-def load_t5x_checkpoint(path: str | os.PathLike, config: T5Config | None = None,
+def load_t5x_checkpoint(path: str | os.PathLike, config=None,
                         dtype=None, shardings=None, restore_step: int | None = None
                         ) -> PyTree:
   """Loads the params (`target`) of a T5X checkpoint, never reading optimizer state.
@@ -99,8 +99,8 @@ def load_t5x_checkpoint(path: str | os.PathLike, config: T5Config | None = None,
     path: a model directory with `checkpoint_<step>/` folders (the latest step
       is used unless `restore_step`), one such folder, its `checkpoint` msgpack
       file or `state/` folder, or a single msgpack file.
-    config: if given, every array under `target` is accounted for against
-      `Transformer(config)`'s params (legacy layouts: names and shapes before any
+    config: if given (a `T5Config` or `DecoderOnlyConfig`), every array under `target`
+      is accounted for against the params of the config's model (legacy layouts: names and shapes before any
       array data is read; Orbax: names before, shapes once read).
     dtype: optional dtype (e.g. `jnp.bfloat16`) floating params are cast to.
     shardings: optional `jax.sharding.Sharding`, or a tree of them matching the

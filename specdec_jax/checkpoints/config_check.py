@@ -1,4 +1,4 @@
-"""Accounting of a checkpoint's params against a `T5Config`: every array is named.
+"""Accounting of a checkpoint's params against a model config: every array is named.
 
 `check_against_config` compares the arrays found under a checkpoint's `target`
 with the tree `Transformer(config)` expects and, unlike a first-error check,
@@ -13,17 +13,17 @@ import functools
 import re
 from typing import Any, Iterable
 
-from specdec_jax.models import t5
-from specdec_jax.models.config import T5Config
+from specdec_jax.models import family
 
 _SHOWN = 20  # Items listed per category before "... and N more".
 _KEYSTR_PART = re.compile(r"\['([^']*)'\]")
 
 
 @functools.lru_cache(maxsize=32)
-def expected_shapes(config: T5Config) -> dict[tuple[str, ...], tuple[int, ...]]:
-  """`{path tuple: shape}` of every param `Transformer(config)` has."""
-  return {tuple(_KEYSTR_PART.findall(k)): tuple(v) for k, v in t5.param_shapes(config).items()}
+def expected_shapes(config) -> dict[tuple[str, ...], tuple[int, ...]]:
+  """`{path tuple: shape}` of every param the config's model has (either family)."""
+  return {tuple(_KEYSTR_PART.findall(k)): tuple(v)
+          for k, v in family.param_shapes(config).items()}
 
 
 ARRAY_OF_UNKNOWN_SHAPE = object()  # A leaf known to be an array whose shape is not read yet.
@@ -77,7 +77,7 @@ def _hints(missing, unexpected, got) -> list[str]:
   return hints
 
 
-def check_against_config(found: Iterable[tuple[tuple[str, ...], Any]], config: T5Config,
+def check_against_config(found: Iterable[tuple[tuple[str, ...], Any]], config,
                          where: str) -> None:
   """Checks a checkpoint's `target` leaves against `Transformer(config)`'s params.
 
@@ -105,14 +105,15 @@ def check_against_config(found: Iterable[tuple[tuple[str, ...], Any]], config: T
   if not (missing or unexpected or not_arrays or mismatched):
     return
   count = len(missing) + len(unexpected) + len(not_arrays) + len(mismatched)
-  lines = [f'The params (`target`) of the checkpoint at {where!r} do not match the T5Config '
+  kind = type(config).__name__  # T5Config or DecoderOnlyConfig
+  lines = [f'The params (`target`) of the checkpoint at {where!r} do not match the {kind} '
            f'({count} problem{"s" * (count != 1)}):']
   lines += listed('missing', [f'{name(p)} (expected shape {expected[p]})' for p in missing])
   lines += listed('unexpected', [
       f'{name(p)} ({got[p]})' if isinstance(got[p], str) else
       f'{name(p)} (shape {got[p]})' if got[p] is not None else name(p) for p in unexpected])
   lines += listed('not arrays', [f'{name(p)} is {got[p]}' for p in not_arrays])
-  lines += listed('shape', [f'{name(p)} has shape {got[p]} but the T5Config expects '
+  lines += listed('shape', [f'{name(p)} has shape {got[p]} but the {kind} expects '
                              f'{expected[p]}' for p in mismatched])
   hints = _hints(set(missing), set(unexpected), got)
   if mismatched:

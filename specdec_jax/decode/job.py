@@ -368,8 +368,17 @@ def _plan(s: dict):
 def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
-  from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models import family  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models.config import family_of  # pylint: disable=g-import-not-at-top
   pair = prepared.pair
+  families = {role: family_of(cfg) for role, cfg in configs}
+  if len(set(families.values())) > 1:
+    raise ValueError(f'the target is a {families["target"]} model but the draft a '
+                     f'{families["draft"]} one: speculative decoding needs two models of one '
+                     'family (the same features and prompt); pair them so.')
+  if 'decoder_only' in families.values() and prepared.plan is not None:
+    raise ValueError('decode.mesh_shape with a decoder-only pair is not supported yet; '
+                     'decode it on one device (drop decode.mesh_shape).')
   for role, cfg in configs:
     path = getattr(pair, f'{role}_checkpoint')
     role_dtype = pair.draft_dtype if role == 'draft' and pair.draft_dtype is not None else dtype
@@ -377,12 +386,12 @@ def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
       shardings = (prepared.plan.param_shardings(cfg, role) if prepared.plan is not None
                    else None)
       params = checkpoints.load_t5x_checkpoint(path, cfg, dtype=role_dtype, shardings=shardings)
-      t5.check_params(params, cfg)
+      family.check_params(params, cfg)
       if shardings is None:  # Once, here: numpy params are copied to the device per call.
         params = jax.device_put(params)
     except ValueError as e:
       what = 'decode.' + role + '_config' if binding(role).startswith('decode.') else (
           'the T5X model gin\'s ' + ('module' if role == 'target' else 'draft_module'))
       raise ValueError(f'{binding(role)} {path!r} does not fit {what}: {e}') from e
-    setattr(prepared, f'{role}_model', t5.Transformer(cfg))
+    setattr(prepared, f'{role}_model', family.build(cfg))
     setattr(prepared, f'{role}_params', params)

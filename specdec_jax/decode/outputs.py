@@ -33,10 +33,10 @@ def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):
   eos = p.eos_id
   base = jax.random.PRNGKey(s['seed'])
   kwargs = dict(eos_id=eos, temperature=s['temperature'], topk=s['topk'], topp=s['topp'])
+  if not hasattr(p.target_model, 'encode'):  # decoder-only: the input is the prompt
+    return _decode_batch_decoder_only(p, batch, batch_index, base, kwargs)
   if s['method'] == 'speculative':
-    idx = [ex.index for ex in batch.examples]
-    idx += [idx[0]] * (batch.tokens.shape[0] - len(idx))
-    keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(np.asarray(idx, np.uint32))
+    keys = _row_keys(batch, base)
     decodes, _, stats = generate.t5_speculative_generate(
         p.target_model, p.target_params, p.draft_model, p.draft_params, batch.tokens,
         s['max_decode_len'], s['gamma'], decode_rng=keys, real_vocab_size=p.vocab.vocab_size,
@@ -58,6 +58,47 @@ def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):
     out = dict(target_calls=tokens, drafted=zeros, accepted=zeros,
                alpha_sum=zeros.astype(np.float32), alpha_count=zeros, tokens=tokens)
   return np.asarray(decodes)[:, 0], out
+
+
+def _row_keys(batch: inputs_lib.Batch, base):
+  """One key per row, from its example index: a row's output depends only on its input."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  idx = [ex.index for ex in batch.examples]
+  idx += [idx[0]] * (batch.tokens.shape[0] - len(idx))
+  return jax.vmap(lambda i: jax.random.fold_in(base, i))(np.asarray(idx, np.uint32))
+
+
+def _decode_batch_decoder_only(p: Prepared, batch: inputs_lib.Batch, batch_index: int, base,
+                               kwargs):
+  """`_decode_batch` for a decoder-only pair: each input is its row's prompt, prefilled in
+  one pass (prefix LM when the pair says so); `max_decode_len` tokens after it."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from specdec_jax import generate  # pylint: disable=g-import-not-at-top
+  s = p.settings
+  bidirectional = bool(p.pair.inputs_bidirectional_attention)
+  if s['method'] == 'speculative':
+    decodes, _, stats = generate.decoder_only_speculative_generate(
+        p.target_model, p.target_params, p.draft_model, p.draft_params, batch.tokens,
+        s['max_decode_len'], s['gamma'], decode_rng=_row_keys(batch, base),
+        real_vocab_size=p.vocab.vocab_size, draft_policy=s.get('draft_policy'),
+        verification=s.get('verification', 'token'), drafter=s.get('drafter_spec'),
+        ngram_table=s.get('ngram_table'), lenience=s.get('lenience', 1.0),
+        inputs_bidirectional_attention=bidirectional, **kwargs)
+    decodes, stats = jax.device_get((decodes, stats))
+    out = {k: np.asarray(getattr(stats, k))[:, 0]
+           for k in ('target_calls', 'drafted', 'accepted', 'alpha_sum', 'alpha_count', 'tokens')}
+    return np.asarray(decodes)[:, 0], out
+  decodes, _ = generate.decoder_only_generate(
+      p.target_model, p.target_params, batch.tokens, s['max_decode_len'],
+      decode_rng=jax.random.fold_in(base, batch_index),
+      inputs_bidirectional_attention=bidirectional, **kwargs)
+  decodes = np.asarray(jax.device_get(decodes))[:, 0]
+  tokens = np.array([len(inputs_lib.tokens_until_eos(r, p.eos_id)) for r in decodes])
+  zeros = np.zeros_like(tokens)
+  return decodes, dict(target_calls=tokens, drafted=zeros, accepted=zeros,
+                       alpha_sum=zeros.astype(np.float32), alpha_count=zeros, tokens=tokens)
 
 
 def run_decode(p: Prepared) -> dict:

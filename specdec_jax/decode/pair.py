@@ -1,6 +1,7 @@
 """The decode job's model pair: a pair folder and/or explicit bindings → `PairSpec`.
 
-A pair folder holds `pair.json` (both T5Configs), `target/` and `draft/` T5X
+A pair folder holds `pair.json` (both model configs: T5Configs, or decoder-only configs
+with `"family": "decoder_only"`, then also `inputs_bidirectional_attention`), `target/` and `draft/` T5X
 checkpoints and `vocab/*.model`; explicit `decode.*` bindings win over it. (A T5X
 model gin is the other way to describe the pair: `specdec_jax.decode.t5x_gin`.)
 """
@@ -48,10 +49,13 @@ class PairSpec:
   draft_dtype: Any = None
   input_prefix: Optional[str] = None  # pair.json's `input_prefix` (the task prefix)
   folder: Optional[str] = None  # the pair folder (n-gram tables: `bigram.npz`, ...)
+  # Decoder-only pairs: prefix LM (pair.json's `inputs_bidirectional_attention`, T5X's
+  # `DecoderOnlyModel` argument); None for an encoder–decoder pair or when unset.
+  inputs_bidirectional_attention: Optional[bool] = None
 
 
-def _as_config(value, what: str) -> Optional[T5Config]:
-  if value is None or isinstance(value, T5Config):
+def _as_config(value, what: str):
+  if value is None or isinstance(value, (T5Config, config_lib.DecoderOnlyConfig)):
     return value
   if isinstance(value, str):
     try:
@@ -101,7 +105,7 @@ def resolve_pair(pair_dir: Optional[str], *, target_config=None, draft_config=No
   target_config = _as_config(target_config, 'decode.target_config')
   draft_config = _as_config(draft_config, 'decode.draft_config')
   name = 'custom'
-  input_prefix = folder = None
+  input_prefix = folder = bidirectional = None
   if pair_dir:
     loc = _pair_dir_location(pair_dir)
     name = loc.name
@@ -149,10 +153,15 @@ def resolve_pair(pair_dir: Optional[str], *, target_config=None, draft_config=No
     if vocab_path is None:
       vocab_path = str(loc / 'vocab')
     input_prefix = pair.get('input_prefix')
+    bidirectional = pair.get('inputs_bidirectional_attention')
+    if bidirectional is not None and not isinstance(bidirectional, bool):
+      raise ValueError(f'{pair_json}: inputs_bidirectional_attention must be true or false, '
+                       f'got {bidirectional!r}.')
     folder = str(loc)
   return PairSpec(name, target_config, draft_config, resolve_path(target_checkpoint),
                   resolve_path(draft_checkpoint), resolve_path(vocab_path),
-                  input_prefix=input_prefix, folder=folder)
+                  input_prefix=input_prefix, folder=folder,
+                  inputs_bidirectional_attention=bidirectional)
 
 
 def load_vocabulary(path: Optional[str], extra_ids: int = 100):

@@ -81,7 +81,8 @@ def temperature_sample(inputs, cache, tokens_to_logits: Callable, eos_id: int,
     max_decode_steps: at most this many tokens are generated after the prompt.
     rescale_log_probs: log-probs under the standardized (temperature/top-k/top-p)
       distribution rather than the raw logits.
-    prompt_free: static promise that `inputs` is all zeros (no forced prompt): the
+    prompt_free: static promise that `inputs` holds no forced token at or after each
+      row's start (all zeros; or, with `initial_index`, zeros after the prompt): the
       loop then skips reading forced tokens (a speed option; `generate` sets it).
     per_row_greedy: static; False promises that no row's temperature is ≤ 1e-4 when
       `temperature` is an array (skips the per-row greedy branch).

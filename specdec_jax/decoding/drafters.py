@@ -61,6 +61,8 @@ class Round:
     vocab_size: the target's logits size; real_vocab_size: optional (ids beyond get q 0).
     may_be_greedy: static (see `sampling.standardize`).
     active: bool `[B]`, rows not finished.
+    n0: int32 `[B]` or None: the committed tokens each row started with (a prefilled
+      prompt's length, `speculative_sample(initial_index=)`); None = 0.
   """
   prev: Any
   cur: Any
@@ -76,6 +78,7 @@ class Round:
   real_vocab_size: Optional[int]
   may_be_greedy: bool
   active: Any
+  n0: Any = None
 
   @property
   def static_greedy(self) -> bool:
@@ -118,11 +121,12 @@ class ModelDrafter:
       tokens, q, n_drafted, state = draft_lib.draft_block_adaptive(
           self.step_fn, state, r.prev, r.cur, r.n, gamma, r.n_drafted, r.vocab_size,
           r.temperature, r.topk, r.topp, r.uniforms, forced, r.real_vocab_size,
-          may_be_greedy=r.may_be_greedy, threshold=threshold)
+          may_be_greedy=r.may_be_greedy, threshold=threshold, n0=r.n0)
       return tokens, q, n_drafted, state
     tokens, q, state = draft_lib.draft_block(
         self.step_fn, state, r.prev, r.cur, r.n, gamma, r.vocab_size, r.temperature, r.topk,
-        r.topp, r.uniforms, forced, r.real_vocab_size, may_be_greedy=r.may_be_greedy)
+        r.topp, r.uniforms, forced, r.real_vocab_size, may_be_greedy=r.may_be_greedy,
+        n0=r.n0)
     return tokens, q, r.n_drafted, state
 
   def after_round(self, state, r: Round, n_new, used):  # pylint: disable=unused-argument
@@ -303,8 +307,11 @@ class LookupThenModel:
             loop_common.expand_batch(valid, num_decodes, 0))
 
   @staticmethod
-  def initial_valid(batch: int):
-    return jnp.zeros((batch,), jnp.int32)
+  def initial_valid(batch: int, initial_index=None):
+    """`valid` at the start: 0, or the prefilled prompt lengths `initial_index [batch]`."""
+    if initial_index is None:
+      return jnp.zeros((batch,), jnp.int32)
+    return jnp.asarray(initial_index, jnp.int32).reshape((batch,))
 
   def _catch_up(self, cache, valid, r: Round, need, gamma: int):
     """Feeds committed inputs d_valid … d_{n−2} into the model's cache where `need`."""

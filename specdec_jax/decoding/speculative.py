@@ -90,7 +90,7 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
                        rescale_log_probs: bool = True, cache_offset: int = 0,
                        prompt_free: bool = False, per_row_greedy: bool = True,
                        draft_policy=None, verification: str = 'token', drafter=None,
-                       lenience: float = 1.0):
+                       lenience: float = 1.0, initial_index=None):
   """Speculative sampling (Leviathan et al. 2023, Algorithm 1) in one `lax.while_loop`.
 
   Each round, per row: the draft proposes γ tokens (γ single-token cached calls; the
@@ -124,7 +124,8 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
     rescale_log_probs: log-probs under the target's standardized distribution
       (0 per token when greedy, as T5X) instead of its raw softmax.
     cache_offset: batch axis of the cache arrays.
-    prompt_free: static promise that `inputs` is all zeros (no forced prompt); the
+    prompt_free: static promise that `inputs` holds no forced token at or after each
+      row's start (all zeros; or, with `initial_index`, zeros after the prompt); the
       round then reads no forced tokens (`generate` sets it; a speed option).
     per_row_greedy: static; False promises that no row's temperature is ≤ 1e-4 when
       `temperature` is an array (skips the per-row greedy branches).
@@ -147,6 +148,12 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
       1 (default) is the exact rule; l < 1 accepts more drafts and is NOT exact: the
       output no longer follows the target's distribution. Token verification only; no
       effect on greedy rows.
+    initial_index: optional int32 `[batch]` (T5X's argument of the same name): row b
+      starts with `initial_index[b]` = m committed tokens, its forced prompt `inputs[b,
+      :m]`, and both caches valid below position m (a decoder-only model's prefilled
+      prompt, `models.decoder_only.prefill_cache`); its first round re-feeds x_m and
+      the draft model's first call does not re-feed x_{m−1}, so a prefix-LM prompt's
+      prefilled keys/values are kept. None: start at 0 (an encoder–decoder decode).
   Returns:
     `(decodes [batch, num_decodes, max_decode_len] int32,
       log_probs [batch, num_decodes] float32, stats SpeculativeStats)`.
@@ -195,6 +202,16 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
     limit = jnp.minimum(limit, loop_common.prompt_lengths(inputs) + max_decode_steps)
   steps = jnp.arange(gamma + 1, dtype=jnp.int32)
   zeros = jnp.zeros((flat,), jnp.int32)
+  sequences0 = jnp.concatenate([jnp.zeros((flat, 1), jnp.int32), inputs], axis=1)
+  if initial_index is None:
+    n0 = None
+    start_n, start_cur, start_prev = zeros, zeros, zeros
+  else:
+    n0 = jnp.clip(loop_common.per_row(initial_index, batch, num_decodes, jnp.int32), 0,
+                  max_decode_len)
+    start_n = n0
+    start_cur = jnp.take_along_axis(sequences0, n0[:, None], axis=1)[:, 0]
+    start_prev = jnp.take_along_axis(sequences0, jnp.maximum(n0 - 1, 0)[:, None], axis=1)[:, 0]
 
   uniforms = None
   if not static_greedy:
@@ -233,7 +250,7 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
         prev=s.prev, cur=s.cur, n=s.n, sequences=s.sequences, n_drafted=n_drafted,
         forced=draft_forced, uniforms=draft_u, temperature=temp, topk=topk, topp=topp,
         vocab_size=vocab_size, real_vocab_size=real_vocab_size,
-        may_be_greedy=per_row_greedy, active=active)
+        may_be_greedy=per_row_greedy, active=active, n0=n0)
     with jax.named_scope('draft'):
       draft_tokens, q, n_drafted, draft_cache = drafter.draft(s.draft_cache, round_info,
                                                               gamma)
@@ -329,10 +346,10 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
         accepted=s.accepted + jnp.where(active, n_acc, 0),
         alpha_sum=alpha_sum, alpha_count=alpha_count, budget=budget)
 
-  sequences0 = jnp.concatenate([jnp.zeros((flat, 1), jnp.int32), inputs], axis=1)
   state0 = _SpecLoopState(
-      n=zeros, prev=zeros, cur=zeros, sequences=sequences0, target_cache=target_cache,
-      draft_cache=draft_cache, done=limit <= 0, round=jnp.zeros((), jnp.int32),
+      n=start_n, prev=start_prev, cur=start_cur, sequences=sequences0,
+      target_cache=target_cache, draft_cache=draft_cache, done=start_n >= limit,
+      round=jnp.zeros((), jnp.int32),
       log_prob=jnp.zeros((flat,), jnp.float32), target_calls=zeros, drafted=zeros,
       accepted=zeros, alpha_sum=jnp.zeros((flat,), jnp.float32), alpha_count=zeros,
       budget=policies.initial_budget(policy, gamma, flat))

@@ -9,9 +9,14 @@ call; this package binds a family's model to it, as one `jax.jit` per program:
 * `xla_options`: the compiler options both decoders compile with on CPU.
 * `compile_cache`: JAX's persistent compilation cache for the jobs and the T5X model class.
 
-A new model family adds its module here (e.g. `decoder_only`), beside `t5`.
+* `decoder_only`: `decoder_only_generate` and `decoder_only_speculative_generate` on
+  prompts (prefilled in one pass, T5X's `DecoderOnlyModel` semantics).
+
+A new model family adds its module here, beside `t5` and `decoder_only`.
 """
 
 from specdec_jax.generate.t5 import (cache_length, drafter_name, needs_draft_model,  # noqa: F401
                                      resolve_drafter, t5_generate,
                                      t5_speculative_generate)
+from specdec_jax.generate.decoder_only import (decoder_only_generate,  # noqa: F401
+                                               decoder_only_speculative_generate)

@@ -192,15 +192,8 @@ def _speculative_generate(target_model, target_params, draft_model, draft_params
       draft_cache = sharding_plan.constrain_cache(draft_cache, 'draft')
     draft_step = t5.make_step_fn(draft_model, draft_params)
   source = encoder_input_tokens if lookup_source is None else lookup_source
-  loop_drafter, state = None, draft_cache
-  if isinstance(drafter, drafters_lib.LookupDrafter):
-    loop_drafter, state = drafter, source
-  elif isinstance(drafter, drafters_lib.NgramTableDrafter):
-    loop_drafter, state = drafter, ngram_table
-  elif isinstance(drafter, drafters_lib.LookupThenModel):
-    loop_drafter = drafters_lib.LookupThenModel(drafter.lookup, drafters_lib.ModelDrafter(
-        draft_step, draft_policy if draft_policy.adaptive else None))
-    state = (source, draft_cache, loop_drafter.initial_valid(source.shape[0]))
+  loop_drafter, state = loop_drafter_and_state(drafter, draft_step, draft_cache, source,
+                                               ngram_table, draft_policy)
   return decoding.speculative_sample(
       decoder_prompt, target_cache, t5.make_step_fn(target_model, target_params),
       state, draft_step, eos_id, gamma,
@@ -211,6 +204,33 @@ def _speculative_generate(target_model, target_params, draft_model, draft_params
       real_vocab_size=real_vocab_size, rescale_log_probs=rescale_log_probs,
       prompt_free=prompt_free, per_row_greedy=per_row_greedy, draft_policy=draft_policy,
       verification=verification, drafter=loop_drafter, lenience=lenience)
+
+
+def loop_drafter_and_state(drafter, draft_step, draft_cache, source, ngram_table, draft_policy,
+                           initial_index=None):
+  """The drafter `speculative_sample` runs and its initial state, inside the jitted call.
+
+  Args:
+    drafter: the resolved spec (`resolve_drafter`): None (the draft model) or a drafter.
+    draft_step, draft_cache: the draft model's step function and cache (None without it).
+    source: int32 `[batch, S]` the lookup searches besides the text so far.
+    ngram_table: a table drafter's `(ids, log_probs)`.
+    draft_policy: `policies.DraftPolicy` (the model part of 'lookup+model' follows it).
+    initial_index: optional `[batch]` prompt lengths already in the draft cache.
+  Returns:
+    `(loop drafter or None, state)` (None: `speculative_sample`'s default model drafter
+    on `state` = the draft cache).
+  """
+  if isinstance(drafter, drafters_lib.LookupDrafter):
+    return drafter, source
+  if isinstance(drafter, drafters_lib.NgramTableDrafter):
+    return drafter, ngram_table
+  if isinstance(drafter, drafters_lib.LookupThenModel):
+    loop_drafter = drafters_lib.LookupThenModel(drafter.lookup, drafters_lib.ModelDrafter(
+        draft_step, draft_policy if draft_policy.adaptive else None))
+    return loop_drafter, (source, draft_cache,
+                          loop_drafter.initial_valid(source.shape[0], initial_index))
+  return None, draft_cache
 
 
 def resolve_drafter(drafter, lookup_max_ngram: int = 4, lookup_min_ngram: int = 1):
@@ -320,27 +340,12 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
   accept.check_verification(verification)
   lenience = accept.check_lenience(lenience, verification)
   spec = resolve_drafter(drafter)
-  uses_model = spec is None or isinstance(spec, drafters_lib.LookupThenModel)
-  if uses_model and (draft_model is None or draft_params is None):
-    raise ValueError(f"drafter={drafter_name(spec)!r} needs draft_model and draft_params; "
-                     "pass them, or use drafter='lookup' / 'bigram' without a draft model.")
-  if isinstance(spec, drafters_lib.NgramTableDrafter):
-    ngram_table = _check_table(ngram_table, spec, target_model)
-  elif ngram_table is not None:
-    raise ValueError(f'ngram_table is given but drafter={drafter_name(spec)!r} uses none; '
-                     "use drafter='bigram' or 'unigram', or drop ngram_table.")
-  if lookup_source is not None:
-    if spec is None or isinstance(spec, drafters_lib.NgramTableDrafter):
-      raise ValueError('lookup_source is given but the drafter does no lookup; use '
-                       "drafter='lookup' or 'lookup+model'.")
-    if (jnp.ndim(lookup_source) != 2
-        or jnp.shape(lookup_source)[0] != jnp.shape(encoder_input_tokens)[0]):
-      raise ValueError(f'lookup_source has shape {jnp.shape(lookup_source)}; it must be '
-                       '[batch, S] int with the batch of encoder_input_tokens.')
-    if sharding_plan is not None:
-      raise ValueError('lookup_source with a sharding_plan is not supported; the lookup '
-                       'searches encoder_input_tokens by default.')
-    lookup_source = jnp.asarray(lookup_source, jnp.int32)
+  uses_model, ngram_table, lookup_source = check_drafter_args(
+      spec, target_model, draft_model, draft_params, ngram_table, lookup_source,
+      jnp.shape(encoder_input_tokens)[0], 'encoder_input_tokens', real_vocab_size)
+  if lookup_source is not None and sharding_plan is not None:
+    raise ValueError('lookup_source with a sharding_plan is not supported; the lookup '
+                     'searches encoder_input_tokens by default.')
   draft_tokens = (encoder_input_tokens if draft_encoder_input_tokens is None
                   else draft_encoder_input_tokens)
   if jnp.ndim(draft_tokens) != 2 or jnp.shape(draft_tokens)[0] != jnp.shape(
@@ -348,13 +353,6 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
     raise ValueError(f'draft_encoder_input_tokens has shape {jnp.shape(draft_tokens)}; it must '
                      f'be [batch, enc_len] with the same batch ({jnp.shape(encoder_input_tokens)[0]}) '
                      'as encoder_input_tokens.')
-  if real_vocab_size is not None:
-    for name, m in (('target_model', target_model), ('draft_model', draft_model)):
-      if m is not None and m.config.vocab_size < real_vocab_size:
-        raise ValueError(
-            f'{name} has vocab_size {m.config.vocab_size} < real_vocab_size '
-            f'{real_vocab_size}: the two models do not share the same token ids; use a '
-            'draft trained with the target\'s vocabulary.')
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)
   if draft_encoder_input_tokens is None:
@@ -382,6 +380,47 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
       jnp.asarray(encoder_input_tokens, jnp.int32),
       jnp.asarray(draft_encoder_input_tokens, jnp.int32), prompt, decode_rng,
       jnp.asarray(temperature, jnp.float32), **static, **traced)
+
+
+def check_drafter_args(spec, target_model, draft_model, draft_params, ngram_table,
+                       lookup_source, batch: int, batch_name: str, real_vocab_size=None):
+  """The drafter-related arguments of a speculative entry point, checked before compiling.
+
+  Args:
+    spec: `resolve_drafter`'s result; the others as `t5_speculative_generate`'s
+      (`batch` rows of `batch_name`, what `lookup_source` must match).
+  Returns:
+    `(uses_model, ngram_table as device arrays or None, lookup_source int32 or None)`.
+  Raises:
+    ValueError: a drafter that needs the draft model without one, a table missing or
+      given for a drafter without one, a lookup_source of the wrong shape or for a
+      drafter without lookup, a model whose vocabulary is smaller than real_vocab_size.
+  """
+  uses_model = spec is None or isinstance(spec, drafters_lib.LookupThenModel)
+  if uses_model and (draft_model is None or draft_params is None):
+    raise ValueError(f"drafter={drafter_name(spec)!r} needs draft_model and draft_params; "
+                     "pass them, or use drafter='lookup' / 'bigram' without a draft model.")
+  if isinstance(spec, drafters_lib.NgramTableDrafter):
+    ngram_table = _check_table(ngram_table, spec, target_model)
+  elif ngram_table is not None:
+    raise ValueError(f'ngram_table is given but drafter={drafter_name(spec)!r} uses none; '
+                     "use drafter='bigram' or 'unigram', or drop ngram_table.")
+  if lookup_source is not None:
+    if spec is None or isinstance(spec, drafters_lib.NgramTableDrafter):
+      raise ValueError('lookup_source is given but the drafter does no lookup; use '
+                       "drafter='lookup' or 'lookup+model'.")
+    if jnp.ndim(lookup_source) != 2 or jnp.shape(lookup_source)[0] != batch:
+      raise ValueError(f'lookup_source has shape {jnp.shape(lookup_source)}; it must be '
+                       f'[batch, S] int with the batch of {batch_name}.')
+    lookup_source = jnp.asarray(lookup_source, jnp.int32)
+  if real_vocab_size is not None:
+    for name, m in (('target_model', target_model), ('draft_model', draft_model)):
+      if m is not None and m.config.vocab_size < real_vocab_size:
+        raise ValueError(
+            f'{name} has vocab_size {m.config.vocab_size} < real_vocab_size '
+            f'{real_vocab_size}: the two models do not share the same token ids; use a '
+            'draft trained with the target\'s vocabulary.')
+  return uses_model, ngram_table, lookup_source
 
 
 def _check_table(table, spec, target_model):

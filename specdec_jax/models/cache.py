@@ -11,6 +11,7 @@ from __future__ import annotations
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 @flax.struct.dataclass
@@ -43,6 +44,28 @@ class DecoderCache:
     return self.self_k[0].shape[0]
 
 
+@flax.struct.dataclass
+class SelfAttentionCache:
+  """A decoder-only model's cache (`models/decoder_only.py`), batch-major in every leaf.
+
+  Attributes:
+    self_k, self_v: tuple over layers of `[batch, heads, max_length, head_dim]`
+      self-attention keys/values (slot t holds position t), as `DecoderCache`'s.
+  """
+  self_k: tuple
+  self_v: tuple
+
+  @property
+  def max_length(self) -> int:
+    """Number of positions the cache holds (static)."""
+    return self.self_k[0].shape[2]
+
+  @property
+  def batch_size(self) -> int:
+    """Rows of the cache (static)."""
+    return self.self_k[0].shape[0]
+
+
 def write_rows(cache, new, lengths):
   """Overwrites `cache[b, :, lengths[b] + i] = new[b, i]`; out-of-range slots are dropped.
 
@@ -58,6 +81,24 @@ def write_rows(cache, new, lengths):
   pos = jnp.repeat(lengths, heads)[:, None] + jnp.arange(k, dtype=jnp.int32)[None, :]
   rows = jnp.arange(batch * heads, dtype=jnp.int32)[:, None]
   return flat.at[rows, pos].set(new, mode='drop')
+
+
+def check_step(k: int, lengths, max_length: int) -> None:
+  """The checks of a k-token cached call before it is traced (both families' `decode_step`).
+
+  Raises:
+    ValueError: k exceeds the cache, or (when `lengths` is concrete) a row's
+      `lengths + k` passes the cache end.
+  """
+  if k > max_length:
+    raise ValueError(f'decoder_tokens has k={k} tokens per row but the cache holds only '
+                     f'{max_length} positions; build it with a larger max_length.')
+  if not isinstance(lengths, jax.core.Tracer):
+    longest = int(np.max(np.asarray(lengths))) + k
+    if longest > max_length:
+      raise ValueError(f'lengths + k reaches {longest} but the cache holds '
+                       f'{max_length} positions: k={k} is beyond the remaining '
+                       'cache; build it with a larger max_length or pass fewer tokens.')
 
 
 def flat_heads(x):

@@ -21,10 +21,11 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from specdec_jax.models import layers
+from specdec_jax.models import params as params_lib
 from specdec_jax.models.cache import DecoderCache  # noqa: F401  (re-exported: t5.DecoderCache)
+from specdec_jax.models.cache import check_step
 from specdec_jax.models.cache import flat_heads as _flat_heads
 from specdec_jax.models.cache import write_rows as _write_rows
 from specdec_jax.models.config import T5Config
@@ -297,16 +298,7 @@ class Transformer(nn.Module):
       ValueError: k exceeds the cache, or (when `lengths` is concrete) a row's
         `lengths + k` passes the cache end.
     """
-    k = decoder_tokens.shape[1]
-    if k > cache.max_length:
-      raise ValueError(f'decoder_tokens has k={k} tokens per row but the cache holds only '
-                       f'{cache.max_length} positions; build it with a larger max_length.')
-    if not isinstance(lengths, jax.core.Tracer):
-      longest = int(np.max(np.asarray(lengths))) + k
-      if longest > cache.max_length:
-        raise ValueError(f'lengths + k reaches {longest} but the cache holds '
-                         f'{cache.max_length} positions: k={k} is beyond the remaining '
-                         'cache; build it with a larger max_length or pass fewer tokens.')
+    check_step(decoder_tokens.shape[1], lengths, cache.max_length)
     return self.decoder.step(decoder_tokens, jnp.asarray(lengths, jnp.int32), cache)
 
 
@@ -331,24 +323,13 @@ def params_axes(config: T5Config):
   return unbox_axes(variables['params_axes'])
 
 
-def unbox_axes(params_axes):
-  """A `params_axes` collection (`{name + '_axes': AxisMetadata}` nests, as flax's
-  `param_with_axes` and T5X write it) → the params' tree with `names` tuples as leaves."""
-  out = {}
-  for name, value in flax.core.unfreeze(params_axes).items():
-    if isinstance(value, dict):
-      out[name] = unbox_axes(value)
-    else:
-      out[name.removesuffix('_axes')] = tuple(value.names)
-  return out
+unbox_axes = params_lib.unbox_axes  # (kept here: its public name before models/params.py)
 
 
 @functools.lru_cache(maxsize=64)
 def param_shapes(config: T5Config):
   """`{path: shape}` of the params a `Transformer(config)` expects (no allocation, cached)."""
-  shapes = jax.eval_shape(lambda: init_params(config, jax.random.PRNGKey(0), 2, 2))
-  return {jax.tree_util.keystr(p): tuple(v.shape)
-          for p, v in jax.tree_util.tree_flatten_with_path(shapes)[0]}
+  return params_lib.shapes_of(lambda: init_params(config, jax.random.PRNGKey(0), 2, 2))
 
 
 def check_params(params, config: T5Config) -> None:
@@ -358,20 +339,8 @@ def check_params(params, config: T5Config) -> None:
     ValueError: naming the first missing, unexpected or mismatching param and both
       shapes, with the fix (use the config the checkpoint was trained with).
   """
-  expected = param_shapes(config)
-  got = {jax.tree_util.keystr(p): tuple(jnp.shape(v))
-         for p, v in jax.tree_util.tree_flatten_with_path(params)[0]}
-  for path in sorted(expected):
-    if path not in got:
-      raise ValueError(f'params lack {path} (expected shape {expected[path]}); the '
-                       'checkpoint does not match this T5Config.')
-    if got[path] != expected[path]:
-      raise ValueError(f'param {path} has shape {got[path]} but the T5Config expects '
-                       f'{expected[path]}; load it with the config it was trained with.')
-  extra = sorted(set(got) - set(expected))
-  if extra:
-    raise ValueError(f'params have {extra[0]} (shape {got[extra[0]]}) that this T5Config '
-                     'does not use; check logits_via_embedding / mlp_activations / layers.')
+  params_lib.check_tree(params, param_shapes(config), 'T5Config',
+                        'logits_via_embedding / mlp_activations / layers')
 
 
 def encode_and_init_cache(model: Transformer, params, encoder_input_tokens,

@@ -91,6 +91,39 @@ def make_features(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[in
   }
 
 
+def make_prefix_lm_features(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
+                            length: int, bidirectional: bool = True) -> dict[str, np.ndarray]:
+  """T5X's decoder-only features (seqio `DecoderFeatureConverter`, inputs and targets, no
+  packing) for one batch, every feature `[batch, length]`.
+
+  A row is `inputs ++ targets` (`decoder_target_tokens`), shifted right with BOS 0
+  (`decoder_input_tokens`); `decoder_loss_weights` covers the targets only (T5X's
+  `loss_on_targets_only`); `decoder_causal_attention` is 1 on positions 0 … len(inputs)
+  (the inputs, shifted, plus the position whose output is the first target) and is only
+  included when `bidirectional` (prefix LM). A row longer than `length` keeps its inputs
+  and loses the end of its targets (the last kept token set to EOS).
+  """
+  batch = len(inputs)
+  tgt = np.zeros((batch, length), np.int32)
+  weights = np.zeros((batch, length), np.float32)
+  causal = np.zeros((batch, length), np.int32)
+  for b, (x, y) in enumerate(zip(inputs, targets)):
+    x, y = list(x)[:length - 1], list(y)
+    row = x + y
+    if len(row) > length:
+      row = row[:length - 1] + [EOS_ID]
+    tgt[b, :len(row)] = row
+    weights[b, len(x):len(row)] = 1.0
+    causal[b, :len(x) + 1] = 1
+  dec_in = np.zeros_like(tgt)
+  dec_in[:, 1:] = tgt[:, :-1]
+  feats = {'decoder_input_tokens': dec_in, 'decoder_target_tokens': tgt,
+           'decoder_loss_weights': weights}
+  if bidirectional:
+    feats['decoder_causal_attention'] = causal
+  return feats
+
+
 @dataclasses.dataclass
 class BucketedDataset:
   """Tokenized parallel data, grouped into fixed length buckets.
@@ -102,11 +135,19 @@ class BucketedDataset:
   batch_size: int
   buckets: tuple[int, ...] = (32, 48)
   seed: int = 0
+  # Decoder-only features (`make_prefix_lm_features`): None = encoder–decoder features;
+  # 'prefix_lm' or 'causal' = inputs ++ targets in one sequence (bucketed by the sum).
+  decoder_only: str | None = None
 
   def __post_init__(self):
     self.buckets = tuple(sorted(self.buckets))
+    if self.decoder_only not in (None, 'prefix_lm', 'causal'):
+      raise ValueError(f"decoder_only must be None, 'prefix_lm' or 'causal', got "
+                       f'{self.decoder_only!r}.')
+    size = ((lambda i, t: len(i) + len(t)) if self.decoder_only
+            else (lambda i, t: max(len(i), len(t))))
     self._bucket_of = np.array([
-        next((b for b in self.buckets if max(len(i), len(t)) <= b), self.buckets[-1])
+        next((b for b in self.buckets if size(i, t) <= b), self.buckets[-1])
         for i, t in zip(self.inputs, self.targets)], np.int32)
 
   @property
@@ -127,7 +168,12 @@ class BucketedDataset:
   def batches(self, epoch: int, start: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """Feature dicts of `epoch`, from its `start`-th batch; every batch has `batch_size` rows."""
     for length, idx in self.batch_plan(epoch)[start:]:
-      feats = make_features([self.inputs[i] for i in idx], [self.targets[i] for i in idx], length)
+      rows_in, rows_out = [self.inputs[i] for i in idx], [self.targets[i] for i in idx]
+      if self.decoder_only:
+        feats = make_prefix_lm_features(rows_in, rows_out, length,
+                                        bidirectional=self.decoder_only == 'prefix_lm')
+      else:
+        feats = make_features(rows_in, rows_out, length)
       missing = self.batch_size - len(idx)
       if missing:
         feats = {k: np.concatenate([v, np.zeros((missing, length), v.dtype)])
@@ -154,8 +200,12 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
                  subword_samples: int = 0, subword_alpha: float = 0.3,
                  subword_cache: str | os.PathLike | None = None,
                  source_suffix: str = 'en', target_suffix: str = 'de',
-                 input_prefix: str = TRANSLATE_PREFIX) -> BucketedDataset:
+                 input_prefix: str = TRANSLATE_PREFIX,
+                 decoder_only: str | None = None) -> BucketedDataset:
   """Reads, tokenizes and buckets a line-aligned split (default: shared-data EN→DE).
+
+  `decoder_only` ('prefix_lm' or 'causal') makes decoder-only features
+  (`make_prefix_lm_features`), bucketed by input + target length.
 
   The split's files are `<data_dir>/<split>.<source_suffix>[.gz]` and
   `.<target_suffix>[.gz]`; `input_prefix` is put before every source (T5's task prefix;
@@ -188,11 +238,11 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
         processor, [input_prefix + x for x in src], tgt, subword_samples, subword_alpha,
         seed, subword_cache)
     return BucketedDataset([x + [EOS_ID] for x in inputs], [x + [EOS_ID] for x in targets],
-                           batch_size, tuple(buckets), seed)
+                           batch_size, tuple(buckets), seed, decoder_only)
   if targets_path is None:
     return BucketedDataset(encode_inputs(processor, src, input_prefix),
                            encode_targets(processor, tgt),
-                           batch_size, tuple(buckets), seed)
+                           batch_size, tuple(buckets), seed, decoder_only)
   paths = ([targets_path] if isinstance(targets_path, (str, os.PathLike))
            else list(targets_path))
   if not paths:
@@ -209,4 +259,4 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
                        f'{len(src)} sources; regenerate it for this split.')
     inputs += encoded
     targets += [x + [EOS_ID] for x in ids]
-  return BucketedDataset(inputs, targets, batch_size, tuple(buckets), seed)
+  return BucketedDataset(inputs, targets, batch_size, tuple(buckets), seed, decoder_only)

@@ -35,11 +35,14 @@ def _length_bucket(n: int, buckets: Sequence[int]) -> int:
 def decode_batches(model, params, inputs: Sequence[Sequence[int]], *, batch_size: int = 128,
                    max_decode_len: int = 64, input_buckets: Sequence[int] = (32, 48, 64),
                    sort_by_length: bool = True, temperature: float = 0.0,
-                   seed: int = 0) -> Iterator[tuple[list[int], np.ndarray]]:
+                   seed: int = 0, inputs_bidirectional_attention: bool = True
+                   ) -> Iterator[tuple[list[int], np.ndarray]]:
   """Greedy (or, with `temperature > 0`, sampled) decodes of tokenized inputs, batch by batch.
 
   Args:
-    model, params: a `t5.Transformer` (dropout off) and its params.
+    model, params: a `t5.Transformer` or a `DecoderOnlyTransformer` (dropout off) and
+      its params; a decoder-only model decodes each input as its prompt
+      (`generate.decoder_only_generate`).
     inputs: token-id lists (EOS included), one per sentence.
     batch_size: rows per call; the last batch is padded with one-token rows, so
       there is one compilation per input bucket.
@@ -52,6 +55,8 @@ def decode_batches(model, params, inputs: Sequence[Sequence[int]], *, batch_size
       temperature (no top-k / top-p), batch `j` with `jax.random.fold_in(PRNGKey(seed), j)`,
       so a run is reproducible for a given order and batch size.
     seed: the sampling seed (unused at temperature 0).
+    inputs_bidirectional_attention: decoder-only models: prefix-LM prefill (default) or
+      causal.
   Yields:
     `(indices, decodes)`: the input indices of the batch's real rows and their
     decodes, int32 `[len(indices), max_decode_len]`.
@@ -66,9 +71,14 @@ def decode_batches(model, params, inputs: Sequence[Sequence[int]], *, batch_size
     chunk = [inputs[i] for i in idx] + [[EOS_ID]] * (batch_size - len(idx))
     length = _length_bucket(max(len(x) for x in chunk), buckets)
     enc = data_lib.pad_batch(chunk, length)
-    decodes, _ = generate.t5_generate(
-        model, params, enc, max_decode_len, eos_id=EOS_ID, temperature=float(temperature),
-        decode_rng=jax.random.fold_in(jax.random.PRNGKey(seed), j))
+    rng = jax.random.fold_in(jax.random.PRNGKey(seed), j)
+    if hasattr(model, 'encode'):  # encoder–decoder
+      decodes, _ = generate.t5_generate(model, params, enc, max_decode_len, eos_id=EOS_ID,
+                                        temperature=float(temperature), decode_rng=rng)
+    else:  # decoder-only: the input is the prompt, prefilled in one pass
+      decodes, _ = generate.decoder_only_generate(
+          model, params, enc, max_decode_len, eos_id=EOS_ID, temperature=float(temperature),
+          decode_rng=rng, inputs_bidirectional_attention=inputs_bidirectional_attention)
     yield idx, np.asarray(decodes[:len(idx), 0])
 
 

@@ -1,4 +1,5 @@
-r"""Gin-configured training of T5 1.1 models on EN→DE text: `target` and `distill` modes.
+r"""Gin-configured training of T5 1.1 or decoder-only models on EN→DE text: `target` and
+`distill` modes.
 
   python -m specdec_jax.train --gin_file=configs/train/target_ende_v3.gin \
       [--gin_file=...] [--gin.train.max_minutes=35] [--gin.train.run_dir="'runs/x'"]
@@ -53,8 +54,8 @@ from specdec_jax.util import flags
 from specdec_jax.interop.t5x import gin_registry as gin_utils  # noqa: F401  pylint: disable=unused-import
 from specdec_jax.train import subword
 from specdec_jax.text import vocabulary
-from specdec_jax.models import t5
-from specdec_jax.models.config import T5Config
+from specdec_jax.models import family
+from specdec_jax.models.config import T5Config, family_of
 
 
 # The run's files and the training step live in their own modules; re-exported here
@@ -77,12 +78,15 @@ class _DevEval:
   (α of greedy speculative decoding) and `dev_beta_t1` (α at temperature 1).
   """
 
-  def __init__(self, config: T5Config, processor, split: str, examples: int, data_dir,
+  def __init__(self, config, processor, split: str, examples: int, data_dir,
                teacher=None, teacher_params=None, suffixes=('en', 'de'),
-               input_prefix: str = vocabulary.TRANSLATE_PREFIX):
+               input_prefix: str = vocabulary.TRANSLATE_PREFIX,
+               inputs_bidirectional_attention: bool = False):
     from specdec_jax.train import evaluation  # pylint: disable=g-import-not-at-top
     self._evaluation = evaluation
-    self.model = t5.Transformer(config.replace(dropout_rate=0.0))
+    self.model = family.build(config.replace(dropout_rate=0.0))
+    self.decode_kwargs = ({} if family_of(config) == 't5' else
+                          {'inputs_bidirectional_attention': inputs_bidirectional_attention})
     self.processor = processor
     self.sources, self.references = data_lib.read_parallel(split, data_dir, *suffixes,
                                                            limit=examples)
@@ -101,7 +105,8 @@ class _DevEval:
   def __call__(self, params) -> dict:
     t0 = time.time()
     hyps, ids = self._evaluation.translate(self.model, params, self.processor, self.sources,
-                                           self.input_prefix, batch_size=100)
+                                           self.input_prefix, batch_size=100,
+                                           **self.decode_kwargs)
     bleu = self._evaluation.corpus_bleu(hyps, self.references)
     out = {'dev_bleu': round(bleu.score, 2), 'dev_split': self.split,
            'dev_sentences': len(hyps),
@@ -122,7 +127,7 @@ class _DevEval:
 
 @gin.configurable
 def train(run_dir: str = gin.REQUIRED,
-          model_config: T5Config = gin.REQUIRED,
+          model_config=gin.REQUIRED,
           mode: str = 'target',
           vocab_path: str = 'specdec_jax/assets/demo_ende/vocab/ende8k.model',
           train_split: str = 'ende/multi30k/train',
@@ -157,7 +162,8 @@ def train(run_dir: str = gin.REQUIRED,
           unlikelihood_weight: float = 0.0,
           source_suffix: str = 'en',
           target_suffix: str = 'de',
-          input_prefix: str = vocabulary.TRANSLATE_PREFIX) -> dict:
+          input_prefix: str = vocabulary.TRANSLATE_PREFIX,
+          inputs_bidirectional_attention: bool = False) -> dict:
   """Trains one model; returns a summary dict (also written to `<run_dir>/summary.json`).
 
   `targets_path` replaces the gold German side by token-id lines (sequence-level
@@ -178,6 +184,11 @@ def train(run_dir: str = gin.REQUIRED,
   Another task than EN→DE: the split's files are `<data_dir>/<split>.<source_suffix>` and
   `.<target_suffix>` (`eval_split` too), and `input_prefix` is the task prefix before
   every source (the correction pair: `configs/train/gec_corrector.gin`).
+  `model_config` is a `T5Config` (encoder–decoder) or a `DecoderOnlyConfig`
+  (`network.TransformerConfig` in gin): a decoder-only model trains on `input ++ target`
+  sequences with the loss on the target only (T5X's `DecoderFeatureConverter`), as a
+  prefix LM when `inputs_bidirectional_attention` (T5X's `DecoderOnlyModel` argument of the
+  same name: bidirectional attention over the input), else as a causal LM.
   """
   start_time = time.time()
   if mode not in ('target', 'distill'):
@@ -193,6 +204,13 @@ def train(run_dir: str = gin.REQUIRED,
   if tv_weight and mode != 'distill':
     raise ValueError(f'train.tv_weight={tv_weight} needs train.mode="distill" (it is a '
                      'distance to the teacher); set it to 0 for mode="target".')
+  fam = family_of(model_config)  # TypeError for anything but the two configs
+  if inputs_bidirectional_attention and fam != 'decoder_only':
+    raise ValueError('train.inputs_bidirectional_attention applies to decoder-only models '
+                     '(network.TransformerConfig); leave it False for a T5Config.')
+  decoder_only = None
+  if fam == 'decoder_only':
+    decoder_only = 'prefix_lm' if inputs_bidirectional_attention else 'causal'
   run_dir = pathlib.Path(run_dir)
   run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -206,22 +224,26 @@ def train(run_dir: str = gin.REQUIRED,
                                   subword_cache=(run_dir / 'subword_segmentations.npz'
                                                  if subword_samples else None),
                                   source_suffix=source_suffix, target_suffix=target_suffix,
-                                  input_prefix=input_prefix)
+                                  input_prefix=input_prefix, decoder_only=decoder_only)
 
-  model = t5.Transformer(model_config)
+  model = family.build(model_config)
   teacher, teacher_params = None, None
   if mode == 'distill':
     if not teacher_dir:
       raise ValueError('train.mode="distill" needs train.teacher_dir (a finished target run).')
     teacher_config, teacher_params = load_run(teacher_dir)
     teacher_config = teacher_config.replace(dropout_rate=0.0)
-    teacher = t5.Transformer(teacher_config)
+    teacher = family.build(teacher_config)
     if teacher_config.vocab_size != model_config.vocab_size:
       raise ValueError('teacher and student vocab_size differ.')
+    if family_of(teacher_config) != fam:
+      raise ValueError(f'train.teacher_dir holds a {family_of(teacher_config)} model but the '
+                       f'student is {fam}: distill within one model family (they share the '
+                       'batch features).')
 
   rng = jax.random.PRNGKey(seed)
   init_rng, dropout_rng = jax.random.split(rng)
-  params = t5.init_params(model_config, init_rng)
+  params = family.init_params(model_config, init_rng)
   schedule = make_schedule(learning_rate, warmup_steps, lr_decay, total_steps)
   opt = make_optimizer(schedule, weight_decay, name=optimizer, query_lr_scale=query_lr_scale)
   state = TrainState(step=jnp.array(0, jnp.int32), params=params,
@@ -234,14 +256,14 @@ def train(run_dir: str = gin.REQUIRED,
       raise ValueError(f'train.init_params_dir={init_params_dir!r} holds a model of another '
                        'config than train.model_config; fine-tune it with its own config.')
     params = jax.tree_util.tree_map(jnp.asarray, init_params)
-    t5.check_params(params, model_config)
+    family.check_params(params, model_config)
     state = TrainState(step=jnp.array(0, jnp.int32), params=params, opt_state=opt.init(params))
   prior_s = 0  # training seconds of earlier sessions of this run (kept in the train states)
   if restored is not None:
     state, position = restored
     prior_s = position.pop('seconds_trained', 0)
     try:
-      t5.check_params(state.params, model_config)
+      family.check_params(state.params, model_config)
     except ValueError as e:
       raise ValueError(f'train.run_dir {str(run_dir)!r} holds a run of another model config '
                        f'({e}); use a new run_dir or the config it was started with.') from e
@@ -267,7 +289,9 @@ def train(run_dir: str = gin.REQUIRED,
   dev_eval = None
   if eval_every_steps:
     dev_eval = _DevEval(model_config, processor, eval_split, eval_examples, data_dir,
-                        teacher, teacher_params, (source_suffix, target_suffix), input_prefix)
+                        teacher if fam == 't5' else None, teacher_params,
+                        (source_suffix, target_suffix), input_prefix,
+                        inputs_bidirectional_attention)
 
   def evaluate(step):
     if dev_eval is None:
@@ -336,6 +360,8 @@ def train(run_dir: str = gin.REQUIRED,
              'minutes_this_session': (time.time() - start_time) / 60, 'stop_reason': stop_reason,
              'last_metrics': last, 'config': config_to_dict(model_config),
              'init_params_dir': init_params_dir}
+  if fam == 'decoder_only':
+    summary['inputs_bidirectional_attention'] = bool(inputs_bidirectional_attention)
   summary['minutes_previous_sessions'] = prior_s / 60
   summary['minutes_total'] = summary['minutes_this_session'] + prior_s / 60
   atomic.write_text(run_dir / 'summary.json', json.dumps(summary, indent=2))

@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from specdec_jax.models import family
+
 
 # ---------------------------------------------------------------------------- losses
 
@@ -191,6 +193,10 @@ def make_train_step(model, optimizer, *, mode: str, label_smoothing: float,
                     unlikelihood_weight: float = 0.0):
   """Jitted `(state, batch, rng, teacher_params) -> (state, metrics)`; one compile per shape.
 
+  `model` (and `teacher`) may be of either family (`models.family.forward`): a batch holds
+  the T5X features of that family (`train.data.make_features` /
+  `make_prefix_lm_features`).
+
   In `target` mode the loss per token is CE + unlikelihood_weight · UL (`unlikelihood`; the
   metrics hold `ul` when the weight is > 0).
 
@@ -200,18 +206,14 @@ def make_train_step(model, optimizer, *, mode: str, label_smoothing: float,
   """
 
   def loss_fn(params, batch, rng, teacher_params):
-    logits = model.apply({'params': params}, batch['encoder_input_tokens'],
-                         batch['decoder_input_tokens'], batch['decoder_target_tokens'],
-                         enable_dropout=True, rngs={'dropout': rng})
+    logits = family.forward(model, params, batch, enable_dropout=True, rngs={'dropout': rng})
     weights = batch['decoder_loss_weights']
     tokens = jnp.maximum(jnp.sum(weights), 1.0)
     ce, nll = cross_entropy(logits, batch['decoder_target_tokens'], weights, label_smoothing)
     metrics = {'nll': nll / tokens, 'tokens': jnp.sum(weights)}
     if mode == 'distill':
-      teacher_logits = jax.lax.stop_gradient(teacher.apply(
-          {'params': teacher_params}, batch['encoder_input_tokens'],
-          batch['decoder_input_tokens'], batch['decoder_target_tokens'],
-          enable_dropout=False))
+      teacher_logits = jax.lax.stop_gradient(family.forward(
+          teacher, teacher_params, batch, enable_dropout=False))
       kl, tv = (jnp.sum(t * weights) for t in _token_kl_tv(logits, teacher_logits))
       loss = ((1.0 - kd_weight) * ce + kd_weight * kl + tv_weight * tv) / tokens
       metrics['kl'] = kl / tokens

@@ -1,9 +1,10 @@
-"""The base class of the T5X model class: T5X's `EncoderDecoderModel`, or a stand-in.
+"""The base classes of the T5X model classes: T5X's own models, or stand-ins.
 
-When `t5x` is importable, `Base` is `t5x.models.EncoderDecoderModel` (T5X's trainer
-then uses T5X's own `loss_fn` and clu metrics on top of our `_compute_logits`);
-otherwise it is `StandaloneEncoderDecoderModel`, the slice of T5X's interface the
-model class needs, whose `loss_fn` returns plain arrays as metrics.
+When `t5x` is importable, `Base` is `t5x.models.EncoderDecoderModel` and
+`DecoderOnlyBase` is `t5x.models.DecoderOnlyModel` (T5X's trainer then uses T5X's own
+`loss_fn` and clu metrics on top of our `_compute_logits`); otherwise they are
+`StandaloneEncoderDecoderModel` and `StandaloneDecoderOnlyModel`, the slices of T5X's
+interface the model classes need, whose `loss_fn` returns plain arrays as metrics.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import jax.numpy as jnp
 
 from specdec_jax.interop.t5x import features as t5x_features
 from specdec_jax.interop.t5x.losses import (compute_weighted_cross_entropy,
-                                    loss_normalizing_factor_and_weights)
+                                    loss_normalizing_factor_and_weights, sequence_scores)
 
 PyTree = Any
 
@@ -112,4 +113,44 @@ class StandaloneEncoderDecoderModel:
     return self.predict_batch_with_aux(params=params, batch=batch, rng=rng)[0]
 
 
+class StandaloneDecoderOnlyModel(StandaloneEncoderDecoderModel):
+  """The slice of T5X's `DecoderOnlyModel` used without T5X (t5x/models.py): one
+  vocabulary, seqio's `DecoderFeatureConverter`, `inputs_bidirectional_attention`, and
+  `score_batch` on top of the subclass's `_compute_logits`."""
+
+  FEATURE_CONVERTER_CLS = t5x_features.FeatureConverterDescriptor('DecoderFeatureConverter')
+
+  def __init__(self, module, vocabulary, optimizer_def, decode_fn=None,
+               inputs_bidirectional_attention: bool = False, feature_converter_cls=None,
+               label_smoothing: float = 0.0, z_loss: float = 0.0,
+               loss_normalizing_factor=None):
+    self._inputs_bidirectional_attention = inputs_bidirectional_attention
+    super().__init__(module, vocabulary, vocabulary, optimizer_def, decode_fn=decode_fn,
+                     feature_converter_cls=feature_converter_cls,
+                     label_smoothing=label_smoothing, z_loss=z_loss,
+                     loss_normalizing_factor=loss_normalizing_factor)
+
+  def _get_decoder_causal_attention(self, batch):
+    """`batch['decoder_causal_attention']` in prefix-LM mode, else None (T5X's method).
+
+    Raises:
+      ValueError: prefix-LM mode and the batch lacks the feature.
+    """
+    if self._inputs_bidirectional_attention:
+      if 'decoder_causal_attention' not in batch:
+        raise ValueError('`inputs_bidirectional_attention` mode requires '
+                         '"decoder_causal_attention" feature in the batch')
+      return batch['decoder_causal_attention']
+    return None
+
+  def score_batch(self, params: PyTree, batch: Mapping[str, jnp.ndarray],
+                  return_intermediates: bool = False):
+    """Σ_t decoder_loss_weights · log p(target_t) per row, float32 `[batch]` (T5X's
+    `DecoderOnlyModel.score_batch`: weights from the batch, so a prefix LM's inputs do
+    not count); with `return_intermediates`, also T5X's intermediates dict."""
+    return sequence_scores(self._compute_logits(params, batch), batch['decoder_target_tokens'],
+                           batch['decoder_loss_weights'], return_intermediates)
+
+
 Base = _t5x_models.EncoderDecoderModel if HAS_T5X else StandaloneEncoderDecoderModel
+DecoderOnlyBase = _t5x_models.DecoderOnlyModel if HAS_T5X else StandaloneDecoderOnlyModel

@@ -10,12 +10,13 @@ inside a trace, where they would become constants of the compiled program.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping, Optional
 
 import jax
 
 from specdec_jax.interop.t5x import decoding as t5x_decoding
-from specdec_jax.models import t5
+from specdec_jax.models import family
 
 PyTree = Any
 DRAFT_KEY = t5x_decoding.DRAFT_KEY
@@ -29,9 +30,29 @@ class DraftParamsMixin:
   """Draft params of the model class (needs `draft_module`, `_draft_params`,
   `_draft_checkpoint_path`, `_draft_params_dtype`)."""
 
+  def _init_draft_params(self, draft_params, draft_params_dtype) -> None:
+    """The constructor's `draft_params`: a params tree (checked now), a T5X checkpoint
+    path (loaded on first use) or None. Needs `draft_module` and `drafter_name` set.
+
+    Raises:
+      ValueError: draft params without a draft module, or a tree that does not fit it.
+    """
+    self._draft_params_dtype = draft_params_dtype
+    self._draft_checkpoint_path = None
+    self._draft_params = None
+    if self.draft_module is None and draft_params is not None:
+      raise ValueError('draft_params is given but draft_module is None; pass the draft '
+                       f'module, or drop draft_params with drafter={self.drafter_name!r}.')
+    if isinstance(draft_params, (str, os.PathLike)):
+      self._draft_checkpoint_path = os.fspath(draft_params)
+    elif draft_params is not None:
+      if isinstance(draft_params, Mapping) and set(draft_params) == {'params'}:
+        draft_params = draft_params['params']
+      self._draft_params = self._check_draft(draft_params)
+
   def _check_draft(self, draft_params):
     try:
-      t5.check_params(draft_params, self.draft_module.config)
+      family.check_params(draft_params, self.draft_module.config)
     except ValueError as e:
       raise ValueError(f'draft_params do not fit draft_module.config: {e}') from None
     return draft_params

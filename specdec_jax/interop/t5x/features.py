@@ -81,27 +81,31 @@ def check_batch(batch, keys, packing_ok: bool = False) -> None:
 
 
 class FeatureConverterDescriptor:
-  """`seqio.EncDecFeatureConverter`, imported on first use (seqio pulls in TensorFlow).
+  """A seqio feature converter class (default `seqio.EncDecFeatureConverter`; the
+  decoder-only model class: `DecoderFeatureConverter`), imported on first use (seqio
+  pulls in TensorFlow).
 
   On an instance it is the seqio class itself; on the class (where `inspect` and gin
   look) it is this object, which constructs the converter when called.
   """
+
+  def __init__(self, name: str = 'EncDecFeatureConverter'):
+    self.name = name
 
   def __get__(self, obj, objtype=None):
     if obj is None:
       return self
     return self.resolve()
 
-  @staticmethod
-  def resolve():
+  def resolve(self):
     import seqio  # pylint: disable=g-import-not-at-top
-    return seqio.EncDecFeatureConverter
+    return getattr(seqio, self.name)
 
   def __call__(self, *args, **kwargs):
     return self.resolve()(*args, **kwargs)
 
   def __repr__(self):
-    return '<lazy seqio.EncDecFeatureConverter>'
+    return f'<lazy seqio.{self.name}>'
 
 
 @dataclasses.dataclass(frozen=True)

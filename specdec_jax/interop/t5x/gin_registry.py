@@ -5,10 +5,15 @@ registers, under T5X's binding names:
 
   network.T5Config                      specdec_jax.models.config.T5Config
   network.Transformer                   a factory returning specdec_jax.models.t5.Transformer
+  network.TransformerConfig             specdec_jax.models.config.DecoderOnlyConfig (T5X's
+                                        decoder-only config, `t5x/examples/decoder_only`)
+  network.DecoderWrapper                a factory returning
+                                        specdec_jax.models.decoder_only.DecoderOnlyTransformer
   network.float32, network.bfloat16     dtype constants (`dtype = %network.bfloat16`)
   seqio.SentencePieceVocabulary         seqio's class, imported only when called
                                         (seqio pulls in TensorFlow)
   models.SpeculativeEncoderDecoderModel specdec_jax.interop.t5x.model.SpeculativeEncoderDecoderModel
+  models.SpeculativeDecoderOnlyModel    specdec_jax.interop.t5x.decoder_only_model.SpeculativeDecoderOnlyModel
   specdec_jax.t5x_decoding.temperature_sample  T5X-convention decode_fns (a model's
   specdec_jax.t5x_decoding.speculative_sample  `decode_fn`, as in T5X)
   specdec_jax.decoding.temperature_sample      our-layout loop (not a model decode_fn)
@@ -52,10 +57,12 @@ from specdec_jax.util import paths
 from specdec_jax.decoding import drafters
 from specdec_jax.decoding import policies
 from specdec_jax.interop.t5x import decoding as t5x_decoding
+from specdec_jax.models import decoder_only
 from specdec_jax.models import t5
-from specdec_jax.models.config import T5Config
+from specdec_jax.models.config import DecoderOnlyConfig, T5Config
 from specdec_jax.sharding import rules as sharding_rules
 from specdec_jax.interop.t5x.model import SpeculativeEncoderDecoderModel
+from specdec_jax.interop.t5x.decoder_only_model import SpeculativeDecoderOnlyModel
 
 _log = logging.getLogger(__name__)
 
@@ -74,6 +81,12 @@ def _register(fn_or_cls, name: str, module: str):
 def transformer(config: T5Config = gin.REQUIRED) -> t5.Transformer:
   """`network.Transformer(config)`: our T5 with T5X's param tree (no params allocated)."""
   return t5.Transformer(config)
+
+
+def decoder_wrapper(config: DecoderOnlyConfig = gin.REQUIRED
+                    ) -> decoder_only.DecoderOnlyTransformer:
+  """`network.DecoderWrapper(config)`: our decoder-only LM with T5X's param tree."""
+  return decoder_only.DecoderOnlyTransformer(config)
 
 
 def sentencepiece_vocabulary(sentencepiece_model_file: str = gin.REQUIRED,
@@ -116,8 +129,11 @@ _register(T5Config, 'T5Config', 'network')
 gin.constant('network.float32', jnp.float32)
 gin.constant('network.bfloat16', jnp.bfloat16)
 _register(transformer, 'Transformer', 'network')
+_register(DecoderOnlyConfig, 'TransformerConfig', 'network')
+_register(decoder_wrapper, 'DecoderWrapper', 'network')
 _register(sentencepiece_vocabulary, 'SentencePieceVocabulary', 'seqio')
 _register(SpeculativeEncoderDecoderModel, 'SpeculativeEncoderDecoderModel', 'models')
+_register(SpeculativeDecoderOnlyModel, 'SpeculativeDecoderOnlyModel', 'models')
 _register(decoding.temperature_sample, 'temperature_sample', 'specdec_jax.decoding')
 _register(t5x_decoding.temperature_sample, 'temperature_sample', 'specdec_jax.t5x_decoding')
 _register(t5x_decoding.speculative_sample, 'speculative_sample', 'specdec_jax.t5x_decoding')

@@ -100,3 +100,24 @@ def loss_normalizing_factor_and_weights(loss_normalizing_factor, batch):
   raise ValueError(f'Unsupported loss_normalizing_factor {loss_normalizing_factor!r}; use '
                    'None, a number, NUM_REAL_TARGET_TOKENS, NUM_TOTAL_TARGET_TOKENS or '
                    'AVERAGE_PER_SEQUENCE.')
+
+
+def sequence_scores(logits, targets, weights, return_intermediates: bool = False):
+  """T5X's `score_batch` from logits: Σ_t weights · log p(target_t) per row.
+
+  Args:
+    logits: `[batch, len, vocab]`; targets: int `[batch, len]`; weights: `[batch, len]`.
+  Returns:
+    float32 `[batch]`; with `return_intermediates`, `(scores, {'decoder':
+    {'target_tokens': (targets,), 'loss_weights': (weights,), 'token_scores': (…,)}})`
+    (T5X's intermediates layout).
+  """
+  weights = jnp.asarray(weights, jnp.float32)
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  token_scores = jnp.take_along_axis(
+      log_probs, jnp.asarray(targets, jnp.int32)[..., None], axis=-1)[..., 0] * weights
+  scores = jnp.sum(token_scores, axis=-1)
+  if return_intermediates:
+    return scores, {'decoder': {'target_tokens': (targets,), 'loss_weights': (weights,),
+                                'token_scores': (token_scores,)}}
+  return scores

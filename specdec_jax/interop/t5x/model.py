@@ -41,15 +41,10 @@ from typing import Any, Callable, Mapping, MutableMapping, Optional, Union
 import flax
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from specdec_jax import generate
 from specdec_jax.generate import compile_cache
-from specdec_jax.decoding import accept
 from specdec_jax.decoding import baseline
-from specdec_jax.decoding import drafters as drafters_lib
-from specdec_jax.decoding import policies
-from specdec_jax.decoding import sampling
 from specdec_jax.interop.t5x import decoding as t5x_decoding
 from specdec_jax.interop.t5x.decode_fn import T5XDecodeFnMixin, unwrapped
 from specdec_jax.interop.t5x.draft_params import DraftParamsMixin
@@ -57,16 +52,14 @@ from specdec_jax.interop.t5x.base import HAS_T5X, Base, DecoderParams, Standalon
 from specdec_jax.interop.t5x.features import PACKING_KEYS, check_batch, decoder_prompt_inputs, t5x_prompt_to_ours
 from specdec_jax.interop.t5x.losses import (compute_weighted_cross_entropy,  # noqa: F401
                                     cross_entropy_with_logits,
-                                    loss_normalizing_factor_and_weights)
-from specdec_jax.interop.t5x.vocab import check_vocabularies_match
-from specdec_jax.drafters import tables
+                                    loss_normalizing_factor_and_weights, sequence_scores)
+from specdec_jax.interop.t5x.settings import (DECODER_PARAM_KEYS,  # noqa: F401
+                                              SpeculativeOptionsMixin, check_settings)
+from specdec_jax.interop.t5x.vocab import check_vocabularies_match  # noqa: F401
 
 PyTree = Any
 DRAFT_KEY = t5x_decoding.DRAFT_KEY  # params[DRAFT_KEY] holds the draft's params
 
-# Keys of `decoder_params` that the speculative `predict_batch_with_aux` understands.
-DECODER_PARAM_KEYS = ('temperature', 'topk', 'topp', 'max_decode_steps', 'decode_rng',
-                      'eos_id', 'gamma', 'rescale_log_probs')
 _check_batch = check_batch
 _PACKING_KEYS = PACKING_KEYS
 
@@ -87,7 +80,8 @@ def _require_t5_module(module, name: str) -> None:
         'bind it to @network.Transformer() after `import specdec_jax.interop.t5x.gin_registry`.')
 
 
-class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
+class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, SpeculativeOptionsMixin,
+                                     Base):
   """T5X `EncoderDecoderModel` contract; decodes with exact speculative sampling.
 
   Constructor arguments (the first nine as T5X's `models.EncoderDecoderModel`):
@@ -157,60 +151,19 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
                compilation_cache: Union[None, bool, str, os.PathLike] = None,
                verification: str = 'token', drafter='model',
                ngram_table: Union[None, str, os.PathLike] = None, lenience: float = 1.0):
-    _require_t5_module(module, 'module')
-    try:
-      spec = generate.resolve_drafter(drafter)
-    except ValueError as e:
-      raise ValueError(f'drafter: {e}') from e
-    if generate.needs_draft_model(spec) or draft_module is not None:
-      _require_t5_module(draft_module, 'draft_module')
     if decode_fn is not None and unwrapped(decode_fn) is baseline.temperature_sample:
       raise ValueError(
           'decode_fn=specdec_jax.decoding.temperature_sample takes prompts without T5X\'s '
           'leading BOS; a model\'s decode_fn gets T5X\'s layout. Use '
           'specdec_jax.interop.t5x.decoding.temperature_sample (gin: '
           '@specdec_jax.t5x_decoding.temperature_sample).')
-    gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
-    try:
-      draft_policy = policies.as_policy(draft_policy)
-    except ValueError as e:
-      raise ValueError(f'draft_policy: {e}') from e
-    sampling.validate_sampling_args(temperature, topk, topp)
-    accept.check_verification(verification)
-    lenience = accept.check_lenience(lenience, verification)
-    table = None
-    if isinstance(spec, drafters_lib.NgramTableDrafter):
-      if ngram_table is None:
-        raise ValueError(f"drafter={drafter!r} needs ngram_table= (a table file from "
-                         '`python -m specdec_jax.drafters.tables`).')
-      ids, log_probs, _ = tables.load(ngram_table, module.config.vocab_size)
-      table = (ids, log_probs)
-    elif ngram_table is not None:
-      raise ValueError(f'ngram_table is given but drafter={drafter!r} uses none.')
-    if eos_id is None:
-      eos_id = getattr(output_vocabulary, 'eos_id', None) or 1
-    if not isinstance(eos_id, (int, np.integer)):
-      raise ValueError(f'eos_id must be an int, got {eos_id!r}.')
-    if draft_vocabulary is not None:
-      check_vocabularies_match(output_vocabulary, draft_vocabulary, 'output')
-      if input_vocabulary is not output_vocabulary:
-        # The draft reads the same encoder_input_tokens as the target.
-        check_vocabularies_match(input_vocabulary, draft_vocabulary, 'input')
-    for name, mod in (('module', module), ('draft_module', draft_module)):
-      if mod is None:
-        continue
-      for vname, vocab in (('output_vocabulary', output_vocabulary),
-                           ('draft_vocabulary', draft_vocabulary)):
-        size = getattr(vocab, 'vocab_size', None)
-        if isinstance(size, int) and size > mod.config.vocab_size:
-          raise ValueError(f'{vname} has {size} ids but {name}.config.vocab_size is only '
-                           f'{mod.config.vocab_size}; use the config the checkpoint was '
-                           'trained with.')
-
-    try:
-      compile_cache.resolve(compilation_cache)
-    except TypeError as e:
-      raise ValueError(f'compilation_cache: {e}') from e
+    settings = check_settings(
+        module, draft_module, require_module=_require_t5_module, drafter=drafter,
+        gamma=gamma, draft_policy=draft_policy, temperature=temperature, topk=topk, topp=topp,
+        verification=verification, lenience=lenience, ngram_table=ngram_table, eos_id=eos_id,
+        compilation_cache=compilation_cache,
+        output_vocabulary=output_vocabulary, draft_vocabulary=draft_vocabulary,
+        input_vocabulary=input_vocabulary)
     super().__init__(module=module, input_vocabulary=input_vocabulary,
                      output_vocabulary=output_vocabulary, optimizer_def=optimizer_def,
                      decode_fn=decode_fn, feature_converter_cls=feature_converter_cls,
@@ -219,30 +172,9 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
                      default_decoder_params=default_decoder_params)
     self.draft_module = draft_module
     self.draft_vocabulary = draft_vocabulary if draft_vocabulary is not None else output_vocabulary
-    self.gamma = gamma
-    self.draft_policy = draft_policy
-    self.verification = verification
-    self.drafter = spec
-    self.drafter_name = generate.drafter_name(spec)
-    self.ngram_table = table
-    self.lenience = lenience
-    self.temperature = temperature
-    self.topk = topk
-    self.topp = topp
-    self.eos_id = int(eos_id)
-    self.rescale_log_probs = rescale_log_probs
-    self._draft_params_dtype = draft_params_dtype
-    self._draft_checkpoint_path = None
-    self._draft_params = None
-    if draft_module is None and draft_params is not None:
-      raise ValueError('draft_params is given but draft_module is None; pass the draft '
-                       f'module, or drop draft_params with drafter={self.drafter_name!r}.')
-    if isinstance(draft_params, (str, os.PathLike)):
-      self._draft_checkpoint_path = os.fspath(draft_params)
-    elif draft_params is not None:
-      if isinstance(draft_params, Mapping) and set(draft_params) == {'params'}:
-        draft_params = draft_params['params']
-      self._draft_params = self._check_draft(draft_params)
+    self._init_settings(settings, verification=verification, temperature=temperature,
+                        topk=topk, topp=topp, rescale_log_probs=rescale_log_probs)
+    self._init_draft_params(draft_params, draft_params_dtype)
     self.compilation_cache_dir = compile_cache.enable(compilation_cache)
 
   # ---------------------------------------------------------------- variables / logits
@@ -333,48 +265,11 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Base):
                         'decoder_target_tokens'))
     targets = batch['decoder_target_tokens']
     weights = batch.get('decoder_loss_weights')
-    weights = (jnp.asarray(targets > 0, jnp.float32) if weights is None
-               else jnp.asarray(weights, jnp.float32))
-    logits = self._compute_logits(params, batch)
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    token_scores = jnp.take_along_axis(
-        log_probs, jnp.asarray(targets, jnp.int32)[..., None], axis=-1)[..., 0] * weights
-    scores = jnp.sum(token_scores, axis=-1)
-    if return_intermediates:
-      return scores, {'decoder': {'target_tokens': (targets,), 'loss_weights': (weights,),
-                                  'token_scores': (token_scores,)}}
-    return scores
+    weights = targets > 0 if weights is None else weights
+    return sequence_scores(self._compute_logits(params, batch), targets, weights,
+                           return_intermediates)
 
   # ---------------------------------------------------------------- decoding
-
-  def _decoding_options(self, decoder_params, rng) -> dict:
-    options = dict(temperature=self.temperature, topk=self.topk, topp=self.topp,
-                   max_decode_steps=None, decode_rng=None, eos_id=self.eos_id,
-                   gamma=self.gamma, rescale_log_probs=self.rescale_log_probs)
-    decoder_params = dict(decoder_params or {})
-    unknown = sorted(set(decoder_params) - set(DECODER_PARAM_KEYS))
-    if unknown:
-      raise ValueError(f'Unknown decoder_params {unknown}; supported: {list(DECODER_PARAM_KEYS)}.')
-    if rng is not None and decoder_params.get('decode_rng') is not None:
-      raise ValueError(f'Got an RNG both from the `rng` argument ({rng}) and '
-                       f"decoder_params['decode_rng'] ({decoder_params['decode_rng']}); pass "
-                       'one or the other.')
-    options.update(decoder_params)
-    if rng is not None:
-      options['decode_rng'] = rng
-    if isinstance(options['max_decode_steps'], (np.integer,)):
-      options['max_decode_steps'] = int(options['max_decode_steps'])
-    if isinstance(options['eos_id'], np.integer):
-      options['eos_id'] = int(options['eos_id'])
-    options['gamma'] = sampling.check_int('gamma (γ, draft tokens per round)',
-                                          options['gamma'], 1)
-    return options
-
-  def _real_vocab_size(self) -> Optional[int]:
-    size = getattr(self.output_vocabulary, 'vocab_size', None)
-    if isinstance(size, int) and 0 < size <= self.module.config.vocab_size:
-      return size
-    return None
 
   def predict_batch_with_aux(self, params: PyTree, batch: Mapping[str, jnp.ndarray],
                              rng: Optional[jax.Array] = None,
