@@ -5,8 +5,9 @@ r"""Cost of a decoder-only model's prompt prefill against its single-token decod
 
 Both are timed the way the benchmark times a cached call (`benchmark.costs.step_costs`):
 inside one jitted `lax.fori_loop` of LOOP_STEPS calls, median over `--iters` runs, divided
-by LOOP_STEPS, so per-dispatch overhead is amortised. The step feeds its argmax back; the
-prefill writes a `--prompt_len`-token prompt (prefix LM when the run is one) into a cache of
+by LOOP_STEPS, so per-dispatch overhead is amortised. The step feeds its argmax back; each
+prefill's prompt depends on the last layer's keys of the previous one (so XLA can neither
+drop nor hoist any of it); the prefill writes a `--prompt_len`-token prompt (prefix LM when the run is one) into a cache of
 `--cache_len` slots. Issue #39's goal: a 30-token prefill costs at most two steps.
 Run it alone (nothing heavy beside it); it records the CPU.
 """
@@ -55,7 +56,11 @@ def main(argv=None):
       x = prompt.at[:, 1].set(tok)  # depends on the previous iteration: not hoisted
       cache = model.apply({'params': params}, x, mask, cache, bool(args.bidirectional),
                           method=model.prefill)
-      return cache, (tok + cache.self_k[0][:, 0, 0, 0].astype(jnp.int32)) % 7 + 3
+      # The next prompt depends on the last layer's keys at the last prompt position,
+      # which depend on every layer below at every prompt position: nothing of the
+      # prefill can be dropped or hoisted out of the loop.
+      last = jnp.sum(cache.self_k[-1][:, :, args.prompt_len], axis=(1, 2))
+      return cache, (tok + (last > 0).astype(jnp.int32)) % 7 + 3
     return jax.lax.fori_loop(0, n, body, (cache, jnp.full((b,), 3, jnp.int32)))[1]
 
   cache0, _ = decoder_only.prefill_cache(model, params, prompt, args.cache_len,
