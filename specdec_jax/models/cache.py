@@ -14,8 +14,22 @@ import jax.numpy as jnp
 import numpy as np
 
 
+class _SelfKVSizes:
+  """`max_length` and `batch_size` of a cache whose `self_k` leaves are `[B, H, L, D]`."""
+
+  @property
+  def max_length(self) -> int:
+    """Number of positions the cache holds (static)."""
+    return self.self_k[0].shape[2]
+
+  @property
+  def batch_size(self) -> int:
+    """Rows of the cache (static)."""
+    return self.self_k[0].shape[0]
+
+
 @flax.struct.dataclass
-class DecoderCache:
+class DecoderCache(_SelfKVSizes):
   """Per-input decoder state, batch-major in every leaf.
 
   Attributes:
@@ -33,19 +47,10 @@ class DecoderCache:
   cross_v: tuple
   cross_bias: jax.Array
 
-  @property
-  def max_length(self) -> int:
-    """Number of decoder positions the cache holds (static)."""
-    return self.self_k[0].shape[2]
-
-  @property
-  def batch_size(self) -> int:
-    """Rows of the cache (static)."""
-    return self.self_k[0].shape[0]
 
 
 @flax.struct.dataclass
-class SelfAttentionCache:
+class SelfAttentionCache(_SelfKVSizes):
   """A decoder-only model's cache (`models/decoder_only.py`), batch-major in every leaf.
 
   Attributes:
@@ -55,15 +60,6 @@ class SelfAttentionCache:
   self_k: tuple
   self_v: tuple
 
-  @property
-  def max_length(self) -> int:
-    """Number of positions the cache holds (static)."""
-    return self.self_k[0].shape[2]
-
-  @property
-  def batch_size(self) -> int:
-    """Rows of the cache (static)."""
-    return self.self_k[0].shape[0]
 
 
 def write_rows(cache, new, lengths):
