@@ -24,20 +24,18 @@ from specdec_jax.util import atomic  # noqa: E402
 from specdec_jax.train import data as data_lib  # noqa: E402
 from specdec_jax.train import evaluation  # noqa: E402
 from specdec_jax.train import job as train_lib  # noqa: E402
+from specdec_jax.train import run_files  # noqa: E402
 from specdec_jax.text import vocabulary  # noqa: E402
 from specdec_jax.models import family  # noqa: E402
 
 
 def _bidirectional(run_dir) -> bool:
   """A decoder-only model's prefix-LM flag: its run's summary.json, or its pair.json."""
-  run_dir = pathlib.Path(run_dir)
-  for path in (run_dir / 'summary.json', run_dir.parent / 'pair.json'):
-    if path.is_file():
-      value = json.loads(path.read_text()).get('inputs_bidirectional_attention')
-      if value is not None:
-        return bool(value)
-  raise SystemExit(f'{run_dir}: no inputs_bidirectional_attention in summary.json or '
-                   '../pair.json; it says whether the model is a prefix LM.')
+  value = run_files.run_inputs_bidirectional_attention(run_dir)
+  if value is None:
+    raise SystemExit(f'{run_dir}: no inputs_bidirectional_attention in summary.json or '
+                     '../pair.json; it says whether the model is a prefix LM.')
+  return value
 
 
 def main(argv=None):

@@ -88,6 +88,11 @@ def main(argv=None):
           'vocabulary': {'path': f'vocab/{pathlib.Path(args.vocab).name}', 'extra_ids': 100,
                          'usage': 'seqio.SentencePieceVocabulary(path, extra_ids=100)'},
           'storage_dtype': args.dtype, 'eos_id': 1, 'pad_id': 0}
+  # Ids the demo models never saw in training and must not emit (decode.suppress_ids='pair'):
+  # the unknown piece, the 100 sentinels and the rows that pad the vocabulary to 8,192.
+  import sentencepiece  # pylint: disable=import-outside-toplevel
+  sp = sentencepiece.SentencePieceProcessor(model_file=args.vocab)
+  pair['suppress_ids'] = [sp.unk_id(), [sp.vocab_size(), 8191]]
   from specdec_jax.util import atomic
   previous = {}
   if (out / 'pair.json').is_file():

@@ -326,3 +326,22 @@ def test_import_hf_folder_t5_1_1(tmp_path):
                    attention_mask=torch.from_numpy(enc != 0).long(),
                    decoder_input_ids=torch.from_numpy(dec).long()).logits.numpy()
   assert np.abs(logits(config, params, enc, dec) - theirs).max() <= 1e-4
+
+
+@pytest.mark.parametrize('saver', ['save_t5x_checkpoint', 'save_orbax_checkpoint'])
+def test_target_and_draft_from_one_t5x_saved_checkpoint(small_params, tmp_path, saver):
+  """T5X saves our model classes' params with the draft under `target/draft`: the target
+  loads without it (`exclude`), the draft from `subtree='target/draft'`, each checked
+  against its own config; a checkpoint without a draft names what it holds."""
+  draft_cfg = SMALL.replace(num_encoder_layers=1, num_decoder_layers=1)
+  draft = t5.init_params(draft_cfg, jax.random.PRNGKey(1), 4, 4)
+  out = getattr(checkpoints, saver)({**small_params, 'draft': draft}, tmp_path / 'both', step=5)
+  target = checkpoints.load_t5x_checkpoint(out, SMALL, exclude=('draft',))
+  assert_identical(target, jax.tree.map(np.asarray, small_params))
+  got = checkpoints.load_t5x_checkpoint(out, draft_cfg, subtree='target/draft')
+  assert_identical(got, jax.tree.map(np.asarray, draft))
+  with pytest.raises(ValueError, match='unexpected'):  # the draft is not the target's
+    checkpoints.load_t5x_checkpoint(out, SMALL)
+  alone = getattr(checkpoints, saver)(small_params, tmp_path / 'alone', step=5)
+  with pytest.raises(ValueError, match="holds no params .`target/draft`.*no 'target/draft'"):
+    checkpoints.load_t5x_checkpoint(alone, draft_cfg, subtree='target/draft')

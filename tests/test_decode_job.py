@@ -747,3 +747,68 @@ def test_unusable_cache_folder_is_one_warning_line_and_errors_come_first(pair, t
                        + [f'--compilation_cache_dir={blocker / "other"}'])
   err = capsys.readouterr().err
   assert rc == 2 and 'compilation cache' not in err and 'decode.verification' in err, err
+
+
+def test_suppress_ids_setting(pair, tmp_path, capsys):
+  """`decode.suppress_ids`: suppressing the first pieces of the plain greedy outputs changes
+  them (tests/test_suppress_ids.py checks that no suppressed id is emitted), the summary
+  lists them compactly, greedy speculative still equals greedy baseline under them, and
+  bad values exit 2 before any model is loaded."""
+  from specdec_jax import text
+  gin_file, _ = pair
+  inp = _tsv(tmp_path)
+  vocab = text.vocabulary.load_vocabulary(str(paths.data_dir() / 't5_vocab/sentencepiece.model'))
+  plain = tmp_path / 'plain.jsonl'
+  assert decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                               f"decode.output_path='{plain}'")) == 0
+  first = [vocab.encode(r['prediction'])[:1] for r in _read_jsonl(plain)]
+  ids = sorted({t for f in first for t in f} - {0, 1})
+  assert ids  # the tiny target's greedy outputs start with real pieces
+  preds = {}
+  for method in ('speculative', 'baseline'):
+    out = tmp_path / f'{method}.jsonl'
+    assert decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                                 f"decode.output_path='{out}'", f"decode.method='{method}'",
+                                 f'decode.suppress_ids={ids + [[32100, 32127]]}')) == 0
+    preds[method] = [r['prediction'] for r in _read_jsonl(out)]
+    summary = json.loads((tmp_path / f'{method}.jsonl.summary.json').read_text())
+    assert summary['suppress_ids'] == decode_lib.pair.compact_ids(ids + list(range(32100, 32128)))
+  assert preds['speculative'] == preds['baseline']
+  assert preds['baseline'] != [r['prediction'] for r in _read_jsonl(plain)]
+  capsys.readouterr()
+  for bad, message in (('[-3]', 'decode.suppress_ids: -3 is not a token id'),
+                       ('[[9, 4]]', 'is not a range [first, last]'),
+                       ('[40000]', "beyond the target model's vocab_size=32128")):
+    rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                               f"decode.output_path='{tmp_path}/bad.jsonl'",
+                               f'decode.suppress_ids={bad}'))
+    assert rc == 2 and message in capsys.readouterr().err
+  assert not (tmp_path / 'bad.jsonl').exists()
+
+
+def test_decode_job_reads_a_checkpoint_holding_the_draft(pair, shared, tmp_path, capsys):
+  """A checkpoint as T5X saves it for SpeculativeEncoderDecoderModel (draft params under
+  `target/draft`) decodes without a separate draft checkpoint, the same as the two
+  checkpoints apart; without a draft in it, the error names both ways to give one."""
+  from specdec_jax import checkpoints
+  gin_file, root = pair
+  target_ckpt, _ = shared
+  target = checkpoints.load_t5x_checkpoint(target_ckpt)
+  draft = checkpoints.load_t5x_checkpoint(root / 'draft')
+  both = checkpoints.save_t5x_checkpoint({**target, 'draft': draft}, tmp_path / 'both', step=9)
+  inp = _tsv(tmp_path)
+  apart, joint = tmp_path / 'apart.jsonl', tmp_path / 'joint.jsonl'
+  assert decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                               f"decode.output_path='{apart}'")) == 0
+  assert decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                               f"decode.output_path='{joint}'",
+                               f"decode.target_checkpoint='{both}'",
+                               'decode.draft_checkpoint=None')) == 0
+  assert _read_jsonl(joint) == _read_jsonl(apart)
+  capsys.readouterr()
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{tmp_path}/x.jsonl'",
+                             'decode.draft_checkpoint=None'))
+  err = capsys.readouterr().err
+  assert rc == 2 and 'holds no draft under target/draft' in err
+  assert 'decode.draft_checkpoint' in err

@@ -53,3 +53,5 @@ def test_demo_pair_on_multi30k(tmp_path):
   assert spec['bleu'] >= BLEU_FLOOR, spec
   assert spec['bleu'] == pytest.approx(base['bleu'])
   assert spec['tokens_per_target_call'] >= TOKENS_PER_CALL_FLOOR, spec
+  # pair.json's suppress_ids apply by default: the unknown piece, sentinels, padding rows
+  assert spec['suppress_ids'] == base['suppress_ids'] == [2, [8000, 8191]]

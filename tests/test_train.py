@@ -599,3 +599,78 @@ def test_v31_recipe_and_the_shipped_pair():
     config, params = run_files.load_run(root / role)
     assert run_files.config_to_dict(config) == pair[f'{role}_config']
     assert run_files.param_count(params) == pair[role]['params']
+
+
+def _decoder_only_run(path, cfg, params, bidirectional):
+  """A finished decoder-only training run: config.json, params.msgpack, summary.json."""
+  import json
+  from specdec_jax.train import run_files
+  path.mkdir(parents=True)
+  (path / 'config.json').write_text(json.dumps(train_lib.config_to_dict(cfg)))
+  run_files.save_params(params, path / 'params.msgpack')
+  (path / 'summary.json').write_text(json.dumps(
+      {'inputs_bidirectional_attention': bidirectional}))
+  return path
+
+
+@pytest.mark.parametrize('bidirectional', [True, False])
+def test_distill_data_and_agreement_for_a_decoder_only_target(tmp_path, bidirectional):
+  """A decoder-only target's distillation data is its baseline decoder's greedy output with
+  the run's own prefix-LM setting, and the teacher-forced agreement of a model with itself
+  is 1 on every target position (the prompt positions are not counted)."""
+  from specdec_jax.models import decoder_only
+  from specdec_jax.models.config import DecoderOnlyConfig
+  from specdec_jax.train import distill_data as distill_lib
+  from specdec_jax.train import evaluation
+  root = _tiny_split(tmp_path)
+  cfg = DecoderOnlyConfig(vocab_size=8192, emb_dim=32, num_heads=2, head_dim=16, num_layers=2,
+                          mlp_dim=64, dropout_rate=0.0)
+  params = decoder_only.init_params(cfg, jax.random.PRNGKey(4))
+  run = _decoder_only_run(tmp_path / 'run', cfg, params, bidirectional)
+  out = distill_lib.distill_data(target_run=str(run), output_path=str(tmp_path / 'g.ids'),
+                                 split='toy/train', vocab_path=str(SHIPPED_VOCAB),
+                                 data_dir=str(root), batch_size=4, max_decode_len=8)
+  assert ('prefix LM' if bidirectional else 'causal') in out['decoder']
+  got = data_lib.read_target_ids(tmp_path / 'g.ids')
+  sp = vocabulary.load_processor(SHIPPED_VOCAB)
+  src, _ = data_lib.read_parallel('toy/train', root)
+  inputs = data_lib.encode_inputs(sp, src)
+  model = decoder_only.DecoderOnlyTransformer(cfg)
+  expect, rows = [None] * 6, {}
+  for idx, decodes in evaluation.decode_batches(
+      model, params, inputs, batch_size=4, max_decode_len=8, sort_by_length=False,
+      inputs_bidirectional_attention=bidirectional):
+    for i, r in zip(idx, decodes):
+      expect[i], rows[i] = evaluation.ids_until_eos(r), r
+  assert got == expect
+  # the other prefill gives other outputs on a random model: the flag was really used
+  other = [None] * 6
+  for idx, decodes in evaluation.decode_batches(
+      model, params, inputs, batch_size=4, max_decode_len=8, sort_by_length=False,
+      inputs_bidirectional_attention=not bidirectional):
+    for i, r in zip(idx, decodes):
+      other[i] = evaluation.ids_until_eos(r)
+  assert other != expect
+  enc = data_lib.pad_batch(inputs, 32)
+  decodes = np.stack([rows[i] for i in range(6)])
+  same = evaluation.draft_agreement(model, params, model, params, enc, decodes,
+                                    inputs_bidirectional_attention=bidirectional)
+  n_target = sum(min(len(x) + 1, 8) for x in expect)  # + EOS unless cut at 8
+  assert same['positions'] == n_target and same['agree'] == n_target
+  assert abs(same['beta'] - n_target) < 1e-3
+  with pytest.raises(ValueError, match='inputs_bidirectional_attention must be True'):
+    evaluation.draft_agreement(model, params, model, params, enc, decodes)
+
+
+def test_decoder_only_student_must_share_the_teachers_prefix_lm_setting(tmp_path):
+  from specdec_jax.models import decoder_only
+  from specdec_jax.models.config import DecoderOnlyConfig
+  cfg = DecoderOnlyConfig(vocab_size=8192, emb_dim=32, num_heads=2, head_dim=16, num_layers=1,
+                          mlp_dim=64, dropout_rate=0.0)
+  teacher = _decoder_only_run(tmp_path / 'teacher', cfg,
+                              decoder_only.init_params(cfg, jax.random.PRNGKey(0)), True)
+  with pytest.raises(ValueError, match='was trained with inputs_bidirectional_attention=True'):
+    train_lib.train(run_dir=str(tmp_path / 'student'), model_config=cfg, mode='distill',
+                    teacher_dir=str(teacher), inputs_bidirectional_attention=False,
+                    data_dir=str(_tiny_split(tmp_path)), train_split='toy/train',
+                    max_steps=1)

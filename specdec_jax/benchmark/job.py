@@ -182,7 +182,7 @@ def benchmark(output_dir: str = 'out/benchmark',
   so no block rows are run there). `topk` / `topp` standardize both methods' sampling
   (the cost model's per-phase costs are measured without them).
 
-  `drafters` (`generate.t5.resolve_drafter`'s names: 'model', 'lookup', 'lookup+model',
+  `drafters` (`generate.common.resolve_drafter`'s names: 'model', 'lookup', 'lookup+model',
   'bigram', 'unigram') times every γ with each drafter in the same round-robin; the
   model's rows are the main table, the others `drafter_results` (α, tokens per target
   call, speed, identical at T = 0, the cost model with c = 0 for model-free drafters).
@@ -259,7 +259,7 @@ def benchmark(output_dir: str = 'out/benchmark',
   except ValueError as e:
     raise BenchmarkConfigError(f'benchmark.{e}') from e
   drafters = tuple(drafters)
-  from specdec_jax.generate import t5 as generate_t5  # pylint: disable=g-import-not-at-top
+  from specdec_jax.generate import common as generate_common  # pylint: disable=g-import-not-at-top
   need_draft = 'model' in drafters or 'lookup+model' in drafters
   settings = dict(num_sentences=num_sentences, gammas=tuple(gammas),
                   batch_sizes=tuple(batch_sizes), temperatures=tuple(temperatures),
@@ -354,7 +354,7 @@ def benchmark(output_dir: str = 'out/benchmark',
                       sampler=baseline_sampler, **common)
         specs = [Runner(models, batches, method='speculative', gamma=g, **common)
                  for g in s['gammas']] if 'model' in drafters else []
-        spec_of = functools.partial(generate_t5.resolve_drafter,
+        spec_of = functools.partial(generate_common.resolve_drafter,
                                     lookup_max_ngram=lookup_max_ngram,
                                     lookup_min_ngram=lookup_min_ngram)
         others = [Runner(models, batches, method='speculative', gamma=g,

@@ -132,8 +132,8 @@ def drafter_row(dname, bs, temp, base: Runner, spec: Runner, costs: dict) -> dic
   mean draft length (interpolated between the measured v(γ), v(0) = 1), so
   `predicted_speedup_rounds` / `efficiency_rounds` are this row's cost model.
   """
-  from specdec_jax.generate import t5 as generate_t5  # pylint: disable=g-import-not-at-top
-  name = generate_t5.drafter_name(generate_t5.resolve_drafter(spec.drafter))
+  from specdec_jax.generate import common as generate_common  # pylint: disable=g-import-not-at-top
+  name = generate_common.drafter_name(generate_common.resolve_drafter(spec.drafter))
   model_free = name in ('lookup', 'bigram', 'unigram')
   if model_free:
     costs = dict(costs, c=0.0, encoder={n: dict(e, draft_s=0.0)

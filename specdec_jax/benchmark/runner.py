@@ -108,7 +108,7 @@ class Runner:
   verification: str = 'token'  # speculative rows: 'token' (Algorithm 1) or 'block'
   topk: int = 0
   topp: float = 0.0
-  drafter: str = 'model'  # speculative rows: generate.t5.resolve_drafter's names
+  drafter: str = 'model'  # speculative rows: generate.common.resolve_drafter's names
   ngram_table: Any = None  # (ids, log_probs) of a 'bigram' / 'unigram' drafter
   lenience: float = 1.0  # < 1: NOT exact (paper Appendix A.5)
   inputs_bidirectional_attention: bool = False  # decoder-only pairs: prefix-LM prefill

@@ -85,8 +85,8 @@ def read_t5x_arrays(path: str | os.PathLike, subtree: str | None = 'target', *,
 
 
 def load_t5x_checkpoint(path: str | os.PathLike, config=None,
-                        dtype=None, shardings=None, restore_step: int | None = None
-                        ) -> PyTree:
+                        dtype=None, shardings=None, restore_step: int | None = None,
+                        subtree: str = 'target', exclude: tuple[str, ...] = ()) -> PyTree:
   """Loads the params (`target`) of a T5X checkpoint, never reading optimizer state.
 
   Mirrors `t5x.checkpoints.load_t5x_checkpoint(path, step, restore_dtype=...)['target']`
@@ -109,6 +109,11 @@ def load_t5x_checkpoint(path: str | os.PathLike, config=None,
       TensorStore slices; Orbax: its `ArrayRestoreArgs`), so a process reads only the
       shards its devices hold and never a full host copy.
     restore_step: which step to load under a model directory.
+    subtree: the '/'-separated node to load: 'target' (T5X's params, the default), or
+      e.g. 'target/draft', the draft that T5X saves for our model classes
+      (`SpeculativeEncoderDecoderModel` keeps it in `params['draft']`).
+    exclude: children of `subtree` to leave out, never opened (('draft',) loads a
+      target whose checkpoint also holds the draft).
   Returns:
     The params as a nested dict like `t5.init_params` gives: numpy arrays
     (float32 as stored unless `dtype`), or `jax.Array`s when `shardings` is given.
@@ -125,13 +130,14 @@ def load_t5x_checkpoint(path: str | os.PathLike, config=None,
   sharding_of = _sharding_lookup(shardings)
   try:
     if kind == 'orbax':
-      params = read_orbax(location, 'target', dtype=dtype, config=config,
-                          sharding_of=sharding_of)
+      params = read_orbax(location, subtree, dtype=dtype, config=config,
+                          sharding_of=sharding_of, exclude=tuple(exclude))
     else:
-      params = read_msgpack(location, 'target', dtype=dtype, config=config,
-                            sharding_of=sharding_of)
+      params = read_msgpack(location, subtree, dtype=dtype, config=config,
+                            sharding_of=sharding_of, exclude=tuple(exclude))
   except KeyError as e:
-    raise ValueError(f'The checkpoint at {location!r} holds no params (`target`): {e}') from e
+    raise ValueError(f'The checkpoint at {location!r} holds no params (`{subtree}`): {e}'
+                     ) from e
   return params
 
 

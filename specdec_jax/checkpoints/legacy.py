@@ -129,7 +129,8 @@ def _open_ts(spec: dict, assume_metadata: bool):
 
 
 def read_msgpack(msgpack_path: str, subtree: str | None, array_metadata=None,
-                 dtype=None, config: T5Config | None = None, sharding_of=None) -> PyTree:
+                 dtype=None, config: T5Config | None = None, sharding_of=None,
+                 exclude: tuple[str, ...] = ()) -> PyTree:
   """Reads one subtree of a msgpack checkpoint; TensorStore leaves outside it stay unread.
 
   With `config`, the subtree (the params) is checked against it with every
@@ -138,13 +139,15 @@ def read_msgpack(msgpack_path: str, subtree: str | None, array_metadata=None,
   restored straight into its sharding: every device's shard is read from
   TensorStore on its own (`jax.make_array_from_callback`), so a process reads
   only the shards its devices hold and no full host copy is made.
+  Children of the subtree named in `exclude` are left out (and never opened).
   """
   from flax import serialization
   ckpt_dir = loc.parent(msgpack_path)
   contents = serialization.msgpack_restore(loc.read_bytes(msgpack_path))
   state = state_dict_of(contents, msgpack_path)
   node = tree_lib.select(state, subtree, msgpack_path)
-  items = tree_lib.flatten(node)
+  items = [(path, leaf) for path, leaf in tree_lib.flatten(node)
+           if not (path and path[0] in exclude)]
 
   # 1. Open every TensorStore leaf (metadata only), concurrently.
   opened: dict[int, Any] = {}

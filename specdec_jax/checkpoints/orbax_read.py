@@ -54,7 +54,8 @@ def _is_empty(value_meta: dict) -> bool:
 
 
 def read_orbax(state_dir: str, subtree: str | None, dtype=None,
-               config: T5Config | None = None, sharding_of=None) -> PyTree:
+               config: T5Config | None = None, sharding_of=None,
+               exclude: tuple[str, ...] = ()) -> PyTree:
   """Restores one subtree of an Orbax state directory as numpy arrays.
 
   With `config`, the subtree's names are checked against it before any array is
@@ -62,11 +63,13 @@ def read_orbax(state_dir: str, subtree: str | None, dtype=None,
   With `sharding_of` (`path tuple -> jax.sharding.Sharding`), arrays are restored
   by orbax straight into their shardings (`ArrayRestoreArgs`: each process reads
   only its shards) as `jax.Array`s, cast to `dtype` on the way.
+  Children of the subtree named in `exclude` are left out (and never opened).
   """
   import orbax.checkpoint as ocp
   from etils import epath
   parts = subtree.strip('/').split('/') if subtree else []
-  found = entries(state_dir, parts)
+  found = [(path, meta) for path, meta in entries(state_dir, parts)
+           if not (path and path[0] in exclude)]
   if config is not None:
     check_against_config([(path, {} if _is_empty(meta) else ARRAY_OF_UNKNOWN_SHAPE)
                           for path, meta in found], config, state_dir)

@@ -70,6 +70,7 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
            temperature: float = 0.0,
            topk: int = 0,
            topp: float = 0.0,
+           suppress_ids: Any = 'pair',
            batch_size: int = 8,
            max_decode_len: int = 64,
            seed: int = 0,
@@ -129,6 +130,12 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
       is NOT exact: the summary, every output row and the printed summary say so.
     temperature, topk, topp: sampling (0 = greedy; at most one of topk / topp;
       topp = 1 keeps every token).
+    suppress_ids: token ids neither model may emit (their logits set to -inf before
+      standardization, so the output is exactly the target's distribution without them):
+      'pair' (default) takes pair.json's `suppress_ids` (the demo pairs list the unknown
+      piece, the sentinels and the padding rows; none for a pair without the field or a
+      T5X model gin, T5X's default); or a list of ids and `[first, last]` ranges, e.g.
+      `[2, [8000, 8191]]`; `()` turns it off.
     batch_size: rows per call (the last batch is padded to it).
     max_decode_len: decoded tokens per input at most.
     seed: PRNG seed.
@@ -163,7 +170,8 @@ def decode(output_path: str = 'out/decode/predictions.jsonl',
       max_input_len=max_input_len, on_long_input=on_long_input, method=method, gamma=gamma,
       draft_policy=draft_policy, verification=verification, drafter=drafter,
       lookup_max_ngram=lookup_max_ngram, lookup_min_ngram=lookup_min_ngram,
-      ngram_table_path=ngram_table_path, lenience=lenience, temperature=temperature, topk=topk, topp=topp, batch_size=batch_size,
+      ngram_table_path=ngram_table_path, lenience=lenience, temperature=temperature,
+      topk=topk, topp=topp, suppress_ids=suppress_ids, batch_size=batch_size,
       max_decode_len=max_decode_len, seed=seed, mesh_shape=mesh_shape,
       logical_axis_rules=logical_axis_rules, draft_sharding=draft_sharding, warmup=warmup,
       progress=progress, print_predictions=print_predictions)
@@ -204,19 +212,21 @@ def _validate_settings(s: dict) -> None:
                                           s.get('verification', 'token'))
   except ValueError as e:
     raise ValueError(f'decode.{e}') from e
-  from specdec_jax.generate import t5 as generate_t5  # pylint: disable=g-import-not-at-top
+  from specdec_jax.generate import common as generate_common  # pylint: disable=g-import-not-at-top
   try:
-    s['drafter_spec'] = generate_t5.resolve_drafter(
+    s['drafter_spec'] = generate_common.resolve_drafter(
         s.get('drafter', 'model'), s.get('lookup_max_ngram', 4), s.get('lookup_min_ngram', 1))
   except ValueError as e:
     raise ValueError(f'decode.drafter: {e}') from e
-  s['drafter'] = generate_t5.drafter_name(s['drafter_spec'])
+  s['drafter'] = generate_common.drafter_name(s['drafter_spec'])
   lookup = getattr(s['drafter_spec'], 'lookup', s['drafter_spec'])
   if hasattr(lookup, 'max_ngram'):  # a configured object's settings win (the summary's)
     s['lookup_max_ngram'], s['lookup_min_ngram'] = lookup.max_ngram, lookup.min_ngram
   if s['on_long_input'] not in inputs_lib.ON_LONG_INPUT:
     raise ValueError(f'decode.on_long_input must be one of {inputs_lib.ON_LONG_INPUT}, '
                      f"got {s['on_long_input']!r}.")
+  if s.get('suppress_ids', 'pair') != 'pair':
+    s['suppress_ids'] = pair_lib.parse_suppress_ids(s['suppress_ids'], 'decode.suppress_ids')
   if s['input_format'] not in inputs_lib.FORMATS:
     raise ValueError(f'decode.input_format must be one of {inputs_lib.FORMATS}, '
                      f"got {s['input_format']!r}.")
@@ -288,7 +298,7 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
   binding = (lambda role: 'CHECKPOINT_PATH' if role == 'target' else 'DRAFT_CHECKPOINT') if (
       t5x_model) else (lambda role: f'decode.{role}_checkpoint')
   pair_lib.check_checkpoint(pair.target_checkpoint, 'target', binding('target'))
-  if need_draft:
+  if need_draft and pair.draft_checkpoint is not None:  # None: the target's `target/draft`
     pair_lib.check_checkpoint(pair.draft_checkpoint, 'draft', binding('draft'))
   dtype = pair_lib._dtype(s['checkpoint_dtype'])  # pylint: disable=protected-access
   vocab = pair.vocabulary or pair_lib.load_vocabulary(pair.vocab_path, s['extra_ids'])
@@ -304,6 +314,13 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
       s['input_path'], task_name=s['task_name'], task_split=s['task_split'],
       max_examples=s['max_examples'], input_format=s['input_format'],
       input_field=s['input_field'], target_field=s['target_field'])
+  if s.get('suppress_ids', 'pair') == 'pair':
+    s['suppress_ids'] = pair.suppress_ids
+  for role, cfg in configs:
+    beyond = [i for i in s['suppress_ids'] if i >= cfg.vocab_size]
+    if beyond:
+      raise ValueError(f'decode.suppress_ids holds {beyond[0]}, beyond the {role} model\'s '
+                       f'vocab_size={cfg.vocab_size}; list ids of the pair\'s vocabulary.')
   if s['prefix'] is None:
     s['prefix'] = pair.input_prefix if pair.input_prefix is not None else TRANSLATE_PREFIX
   s['ngram_table'] = _ngram_table(s, pair)
@@ -319,8 +336,8 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
 
 def _needs_draft(s: dict) -> bool:
   """Whether the job loads a draft model (speculative decoding with 'model' / 'lookup+model')."""
-  from specdec_jax.generate import t5 as generate_t5  # pylint: disable=g-import-not-at-top
-  return s['method'] == 'speculative' and generate_t5.needs_draft_model(s['drafter_spec'])
+  from specdec_jax.generate import common as generate_common  # pylint: disable=g-import-not-at-top
+  return s['method'] == 'speculative' and generate_common.needs_draft_model(s['drafter_spec'])
 
 
 def _ngram_table(s: dict, pair):
@@ -365,6 +382,21 @@ def _plan(s: dict):
     raise ValueError(f'decode.{e}') from e
 
 
+def _checkpoint_source(pair, role: str) -> tuple[str, str, tuple[str, ...]]:
+  """(checkpoint path, subtree, excluded children) a role's params are read from.
+
+  A checkpoint that T5X saved for our model classes holds the target's params under
+  `target` and the draft's under `target/draft` (`params['draft']`): the target is read
+  without that child, and with no draft checkpoint of its own (or the target's named
+  again) the draft is read from it.
+  """
+  if role == 'target':
+    return pair.target_checkpoint, 'target', ('draft',)
+  if pair.draft_checkpoint is None or pair.draft_checkpoint == pair.target_checkpoint:
+    return pair.target_checkpoint, 'target/draft', ()
+  return pair.draft_checkpoint, 'target', ()
+
+
 def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
@@ -380,16 +412,23 @@ def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
     raise ValueError('decode.mesh_shape with a decoder-only pair is not supported yet; '
                      'decode it on one device (drop decode.mesh_shape).')
   for role, cfg in configs:
-    path = getattr(pair, f'{role}_checkpoint')
+    path, subtree, exclude = _checkpoint_source(pair, role)
     role_dtype = pair.draft_dtype if role == 'draft' and pair.draft_dtype is not None else dtype
     try:
       shardings = (prepared.plan.param_shardings(cfg, role) if prepared.plan is not None
                    else None)
-      params = checkpoints.load_t5x_checkpoint(path, cfg, dtype=role_dtype, shardings=shardings)
+      params = checkpoints.load_t5x_checkpoint(path, cfg, dtype=role_dtype, shardings=shardings,
+                                               subtree=subtree, exclude=exclude)
       family.check_params(params, cfg)
       if shardings is None:  # Once, here: numpy params are copied to the device per call.
         params = jax.device_put(params)
     except ValueError as e:
+      if subtree == 'target/draft' and f"no 'target/draft'" in str(e):
+        raise ValueError(
+            f'No draft checkpoint: {binding("draft")} is not bound, and the target checkpoint '
+            f'{path!r} holds no draft under target/draft (where T5X saves params["draft"] '
+            f'for SpeculativeEncoderDecoderModel / SpeculativeDecoderOnlyModel); bind '
+            f'{binding("draft")}.') from e
       what = 'decode.' + role + '_config' if binding(role).startswith('decode.') else (
           'the T5X model gin\'s ' + ('module' if role == 'target' else 'draft_module'))
       raise ValueError(f'{binding(role)} {path!r} does not fit {what}: {e}') from e

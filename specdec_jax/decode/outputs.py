@@ -21,6 +21,7 @@ from specdec_jax.util import atomic
 from specdec_jax.util import flags
 from specdec_jax.text import inputs as inputs_lib
 from specdec_jax.util import jsonio
+from specdec_jax.decode import pair as pair_lib
 from specdec_jax.decode.prepared import Prepared
 
 
@@ -32,7 +33,8 @@ def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):
   s = p.settings
   eos = p.eos_id
   base = jax.random.PRNGKey(s['seed'])
-  kwargs = dict(eos_id=eos, temperature=s['temperature'], topk=s['topk'], topp=s['topp'])
+  kwargs = dict(eos_id=eos, temperature=s['temperature'], topk=s['topk'], topp=s['topp'],
+                suppress_ids=tuple(s.get('suppress_ids') or ()))
   if not hasattr(p.target_model, 'encode'):  # decoder-only: the input is the prompt
     return _decode_batch_decoder_only(p, batch, batch_index, base, kwargs)
   if s['method'] == 'speculative':
@@ -188,6 +190,7 @@ def run_decode(p: Prepared) -> dict:
         'verification': (s.get('verification', 'token') if s['method'] == 'speculative'
                          else None),
         'temperature': s['temperature'], 'topk': s['topk'], 'topp': s['topp'],
+        'suppress_ids': pair_lib.compact_ids(s.get('suppress_ids') or ()),
         'seed': s['seed'], 'batch_size': s['batch_size'],
         'max_input_len': s['max_input_len'], 'max_decode_len': s['max_decode_len'],
         'examples': n, 'batches': n_batches,

@@ -52,6 +52,54 @@ class PairSpec:
   # Decoder-only pairs: prefix LM (pair.json's `inputs_bidirectional_attention`, T5X's
   # `DecoderOnlyModel` argument); None for an encoder–decoder pair or when unset.
   inputs_bidirectional_attention: Optional[bool] = None
+  # Ids neither model may emit (pair.json's `suppress_ids`; `decode.suppress_ids='pair'`).
+  suppress_ids: tuple = ()
+
+
+def parse_suppress_ids(value, where: str) -> tuple[int, ...]:
+  """Token ids from a list of ints and inclusive `[first, last]` ranges, as pair.json and
+  `decode.suppress_ids` write them (`[2, [8000, 8191]]`: the unknown piece, the sentinels
+  and the padding rows of the demo vocabulary).
+
+  Returns:
+    the ids, sorted and distinct, as a tuple.
+  Raises:
+    ValueError: naming `where`, for anything else (a negative id, a range whose first id
+      is above its last, a non-integer).
+  """
+  if value is None:
+    return ()
+  if isinstance(value, (str, bytes, int)) or not hasattr(value, '__iter__'):
+    raise ValueError(f'{where} must be a list of token ids and [first, last] ranges, e.g. '
+                     f'[2, [8000, 8191]], got {value!r}.')
+  ids = set()
+  for item in value:
+    if isinstance(item, (list, tuple)):
+      ok = (len(item) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
+                                   and x >= 0 for x in item) and item[0] <= item[1])
+      if not ok:
+        raise ValueError(f'{where}: {item!r} is not a range [first, last] of ids with '
+                         '0 <= first <= last.')
+      ids.update(range(item[0], item[1] + 1))
+    elif isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+      ids.add(item)
+    else:
+      raise ValueError(f'{where}: {item!r} is not a token id (an int >= 0) or a '
+                       '[first, last] range.')
+  return tuple(sorted(ids))
+
+
+def compact_ids(ids) -> list:
+  """`ids` (sorted) as pair.json writes them: runs of 3 or more as `[first, last]`."""
+  out, ids = [], list(ids)
+  i = 0
+  while i < len(ids):
+    j = i
+    while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+      j += 1
+    out.extend([[ids[i], ids[j]]] if j - i >= 2 else ids[i:j + 1])
+    i = j + 1
+  return out
 
 
 def _as_config(value, what: str):
@@ -106,6 +154,7 @@ def resolve_pair(pair_dir: Optional[str], *, target_config=None, draft_config=No
   draft_config = _as_config(draft_config, 'decode.draft_config')
   name = 'custom'
   input_prefix = folder = bidirectional = None
+  suppress_ids = ()
   if pair_dir:
     loc = _pair_dir_location(pair_dir)
     name = loc.name
@@ -158,10 +207,11 @@ def resolve_pair(pair_dir: Optional[str], *, target_config=None, draft_config=No
       raise ValueError(f'{pair_json}: inputs_bidirectional_attention must be true or false, '
                        f'got {bidirectional!r}.')
     folder = str(loc)
+    suppress_ids = parse_suppress_ids(pair.get('suppress_ids'), f'{pair_json}: suppress_ids')
   return PairSpec(name, target_config, draft_config, resolve_path(target_checkpoint),
                   resolve_path(draft_checkpoint), resolve_path(vocab_path),
                   input_prefix=input_prefix, folder=folder,
-                  inputs_bidirectional_attention=bidirectional)
+                  inputs_bidirectional_attention=bidirectional, suppress_ids=suppress_ids)
 
 
 def load_vocabulary(path: Optional[str], extra_ids: int = 100):

@@ -60,7 +60,8 @@ def temperature_sample(inputs, cache, tokens_to_logits: Callable, eos_id: int,
                        topk: int = 1, topp=0.0, cache_offset: int = 0,
                        initial_index=None, max_decode_steps: Optional[int] = None,
                        rescale_log_probs: bool = True, prompt_free: bool = False,
-                       per_row_greedy: bool = True, sampler: str = 'gumbel'):
+                       per_row_greedy: bool = True, sampler: str = 'gumbel',
+                       suppress_ids=()):
   """Temperature sampling, one token per step (mirrors T5X `decoding.temperature_sample`).
 
   Args:
@@ -92,15 +93,20 @@ def temperature_sample(inputs, cache, tokens_to_logits: Callable, eos_id: int,
       'inverse_cdf' (`sampling.inverse_cdf`, the sampler of `speculative_sample`)
       draws from the same distribution with two uniforms per row instead of one
       Gumbel variate per vocabulary id (faster on CPU; other samples).
+    suppress_ids: token ids the model may not emit: their logits are set to NEG_INF
+      before standardization (`sampling.suppress`). Default: none, as T5X.
   Returns:
     `(decodes [batch, num_decodes, max_decode_len] int32, log_probs [batch, num_decodes]
     float32)`, sorted by log-prob ascending along `num_decodes`.
   Raises:
     ValueError: before compiling, for topk and topp both set, a negative temperature,
-      bad num_decodes / max_decode_steps / eos_id, or an unknown sampler.
+      bad num_decodes / max_decode_steps / eos_id, an unknown sampler, or suppress_ids
+      that are not token ids.
   """
   loop_common.check_common(inputs, eos_id, num_decodes, temperature, topk, topp, max_decode_steps)
   sampling.check_sampler(sampler)
+  tokens_to_logits = sampling.suppressing(tokens_to_logits,
+                                          sampling.check_suppress_ids(suppress_ids))
   batch, max_decode_len = inputs.shape
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)

@@ -363,3 +363,22 @@ class LookupThenModel:
     # inputs below n_new − 1 (the draft cache invariant); the others keep their `valid`.
     source, cache, valid = state
     return source, cache, jnp.where(valid < 0, jnp.maximum(n_new - 1, 0), valid)
+
+
+def with_suppressed_ids(drafter, suppress_ids: tuple[int, ...]):
+  """`drafter` whose draft model's logits have `suppress_ids` masked (`sampling.suppress`),
+  as the target's are, so q puts no mass where p has none.
+
+  Applies to the model part of `ModelDrafter` and `LookupThenModel`. A table or lookup
+  drafter is returned unchanged: a suppressed id it proposes has p = 0 and is always
+  rejected, so the output stays exact (Theorem 3.5 holds for any q); it only costs that
+  draft.
+  """
+  if not suppress_ids:
+    return drafter
+  if isinstance(drafter, ModelDrafter):
+    return dataclasses.replace(drafter,
+                               step_fn=sampling.suppressing(drafter.step_fn, suppress_ids))
+  if isinstance(drafter, LookupThenModel):
+    return dataclasses.replace(drafter, model=with_suppressed_ids(drafter.model, suppress_ids))
+  return drafter

@@ -244,6 +244,56 @@ def inverse_cdf(u, probs):
   return (b * block + j).astype(jnp.int32)
 
 
+def check_suppress_ids(suppress_ids, vocab_size: int | None = None) -> tuple[int, ...]:
+  """`suppress_ids` (ids a model must never emit) as a sorted tuple of distinct ints.
+
+  Args:
+    suppress_ids: None or an iterable of token ids.
+    vocab_size: optional; every id must be below it.
+  Returns:
+    the ids as a static, hashable tuple (empty: nothing suppressed).
+  Raises:
+    ValueError: a non-integer or negative id, or one at or beyond `vocab_size`.
+  """
+  if suppress_ids is None:
+    return ()
+  try:
+    ids = list(suppress_ids)
+  except TypeError:
+    raise ValueError(f'suppress_ids must be a sequence of token ids, got {suppress_ids!r}.'
+                     ) from None
+  for i in ids:
+    if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0:
+      raise ValueError(f'suppress_ids must hold token ids (ints >= 0), got {i!r}.')
+    if vocab_size is not None and i >= vocab_size:
+      raise ValueError(f'suppress_ids holds {int(i)}, outside the vocabulary [0, {vocab_size}); '
+                       'list only ids the models have.')
+  return tuple(sorted({int(i) for i in ids}))
+
+
+def suppress(logits, suppress_ids: tuple[int, ...]):
+  """`logits [..., V]` with the ids of `suppress_ids` set to NEG_INF (probability 0 under
+  every standardization; never the argmax unless every id is suppressed). Ids at or
+  beyond V are ignored (a draft with a smaller vocabulary)."""
+  if not suppress_ids:
+    return logits
+  mask = jnp.zeros((logits.shape[-1],), bool).at[jnp.asarray(suppress_ids)].set(
+      True, mode='drop')
+  return jnp.where(mask, NEG_INF, logits)
+
+
+def suppressing(logits_fn, suppress_ids: tuple[int, ...]):
+  """A step function (`(...) -> (logits [..., V], cache)`: a k-token cached call or T5X's
+  `tokens_to_logits`) whose logits have `suppress_ids` set to NEG_INF (`suppress`)."""
+  if not suppress_ids:
+    return logits_fn
+
+  def fn(*args, **kwargs):
+    logits, cache = logits_fn(*args, **kwargs)
+    return suppress(logits, suppress_ids), cache
+  return fn
+
+
 def match_vocab(logits, vocab_size: int, real_vocab_size: int | None = None):
   """Pads (with NEG_INF) or truncates the last axis of `logits` to `vocab_size`.
 

@@ -90,7 +90,7 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
                        rescale_log_probs: bool = True, cache_offset: int = 0,
                        prompt_free: bool = False, per_row_greedy: bool = True,
                        draft_policy=None, verification: str = 'token', drafter=None,
-                       lenience: float = 1.0, initial_index=None):
+                       lenience: float = 1.0, initial_index=None, suppress_ids=()):
   """Speculative sampling (Leviathan et al. 2023, Algorithm 1) in one `lax.while_loop`.
 
   Each round, per row: the draft proposes γ tokens (γ single-token cached calls; the
@@ -154,15 +154,23 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
       prompt, `models.decoder_only.prefill_cache`); its first round re-feeds x_m and
       the draft model's first call does not re-feed x_{m−1}, so a prefix-LM prompt's
       prefilled keys/values are kept. None: start at 0 (an encoder–decoder decode).
+    suppress_ids: token ids neither model may emit (e.g. sentinels, the unknown piece):
+      their logits are set to NEG_INF in the target's and the draft model's logits before
+      standardization (`sampling.suppress`), so the output is exactly the target's
+      distribution with those ids removed (and, at temperature 0, the greedy tokens of
+      `temperature_sample(..., suppress_ids=)`). Default: none (T5X's behaviour).
   Returns:
     `(decodes [batch, num_decodes, max_decode_len] int32,
       log_probs [batch, num_decodes] float32, stats SpeculativeStats)`.
   Raises:
     ValueError: before compiling, for γ < 1, a cache shorter than `max_decode_len`,
       topk and topp both set, a negative temperature, bad num_decodes, an unknown
-      verification, a lenience outside (0, 1] or with verification='block'.
+      verification, a lenience outside (0, 1] or with verification='block', a
+      suppress_ids entry that is not an id of the vocabulary.
   """
   accept.check_verification(verification)
+  suppress_ids = sampling.check_suppress_ids(suppress_ids, vocab_size)
+  target_step_fn = sampling.suppressing(target_step_fn, suppress_ids)
   lenience = accept.check_lenience(lenience, verification)
   loop_common.check_common(inputs, eos_id, num_decodes, temperature, topk, topp,
                            max_decode_steps)
@@ -171,6 +179,7 @@ def speculative_sample(inputs, target_cache, target_step_fn: Callable, draft_cac
   policies.check_costs(policy.verify_costs(gamma), gamma)
   if drafter is None:
     drafter = drafters_lib.ModelDrafter(draft_step_fn, policy if policy.adaptive else None)
+  drafter = drafters_lib.with_suppressed_ids(drafter, suppress_ids)
   adaptive_width = policy.adaptive or drafter.adaptive_width
   batch, max_decode_len = inputs.shape
   need = max(max_decode_len, gamma + 1)  # a verify call writes γ + 1 positions

@@ -26,15 +26,9 @@ from specdec_jax.decoding import accept
 from specdec_jax.decoding import drafters as drafters_lib
 from specdec_jax.decoding import policies
 from specdec_jax.decoding import sampling
-from specdec_jax.generate import t5 as t5_generate_lib
+from specdec_jax.generate import common
 from specdec_jax.generate import xla_options
 from specdec_jax.models import decoder_only
-
-# Shared checks and static-flag helpers of the family-independent generate code.
-_check_topk = t5_generate_lib._check_topk  # pylint: disable=protected-access
-_static_temperature = t5_generate_lib._static_temperature  # pylint: disable=protected-access
-_per_row_greedy = t5_generate_lib._per_row_greedy  # pylint: disable=protected-access
-_warn_host_params = t5_generate_lib._warn_host_params  # pylint: disable=protected-access
 
 
 def check_prompts(prompts, max_decode_len, max_length=None) -> np.ndarray:
@@ -105,11 +99,11 @@ def remove_prefix(decodes, prefix_lengths, length: int):
 @xla_options.jit(static_argnames=(
     'model', 'max_decode_len', 'eos_id', 'num_decodes', 'topk', 'topp', 'static_temperature',
     'rescale_log_probs', 'per_row_greedy', 'sampler', 'inputs_bidirectional_attention',
-    'max_length'))
+    'max_length', 'suppress_ids'))
 def _generate(model, params, prompts, decode_rng, temperature, *, topp, max_decode_len,
               eos_id, num_decodes, topk, static_temperature, rescale_log_probs,
               per_row_greedy=True, sampler='gumbel', inputs_bidirectional_attention=False,
-              max_length=None):
+              max_length=None, suppress_ids=()):
   prefill_inputs, loop_inputs = layout(prompts, max_decode_len, max_length)
   total = loop_inputs.shape[1]
   cache, m = decoder_only.prefill_cache(
@@ -122,7 +116,7 @@ def _generate(model, params, prompts, decode_rng, temperature, *, topp, max_deco
       temperature=static_temperature if static_temperature is not None else temperature,
       topk=topk, topp=topp, initial_index=m, max_decode_steps=max_decode_len,
       rescale_log_probs=rescale_log_probs, prompt_free=True, per_row_greedy=per_row_greedy,
-      sampler=sampler)
+      sampler=sampler, suppress_ids=suppress_ids)
   return remove_prefix(decodes, m, max_length or max_decode_len), log_probs
 
 
@@ -131,7 +125,8 @@ def decoder_only_generate(model: decoder_only.DecoderOnlyTransformer, params, pr
                           topk: int = 0, topp: float = 0.0, num_decodes: int = 1,
                           decode_rng=None, rescale_log_probs: bool = True,
                           inputs_bidirectional_attention: bool = False,
-                          sampler: str = 'gumbel', max_length: Optional[int] = None):
+                          sampler: str = 'gumbel', max_length: Optional[int] = None,
+                          suppress_ids=()):
   """Baseline decoding of a decoder-only model: prefill, then one call per token.
 
   T5X's `DecoderOnlyModel.predict_batch_with_aux` with `decoding.temperature_sample`:
@@ -158,37 +153,38 @@ def decoder_only_generate(model: decoder_only.DecoderOnlyTransformer, params, pr
     ValueError: before compiling, for bad prompts or sampling arguments.
   """
   prompts = check_prompts(prompts, max_decode_len, max_length)
-  topk = _check_topk(topk, model)
+  topk = common.check_topk(topk, model)
   decoding._check_common(jnp.zeros((1, 1), jnp.int32), eos_id, num_decodes, temperature,
                          topk, topp, None)
   sampling.check_sampler(sampler)
+  suppress_ids = sampling.check_suppress_ids(suppress_ids, model.config.vocab_size)
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)
-  _warn_host_params(params=params)
+  common.warn_host_params(params=params)
   return _generate(model, params, jnp.asarray(prompts), decode_rng,
                    jnp.asarray(temperature, jnp.float32), topp=float(topp),
                    max_decode_len=max_decode_len, eos_id=eos_id, num_decodes=num_decodes,
-                   topk=topk, static_temperature=_static_temperature(temperature),
+                   topk=topk, static_temperature=common.static_temperature(temperature),
                    rescale_log_probs=rescale_log_probs,
-                   per_row_greedy=_per_row_greedy(temperature), sampler=sampler,
+                   per_row_greedy=common.per_row_greedy(temperature), sampler=sampler,
                    inputs_bidirectional_attention=bool(inputs_bidirectional_attention),
-                   max_length=max_length)
+                   max_length=max_length, suppress_ids=suppress_ids)
 
 
 @xla_options.jit(static_argnames=(
     'target_model', 'draft_model', 'max_decode_len', 'gamma', 'eos_id', 'num_decodes',
     'topk', 'topp', 'static_temperature', 'real_vocab_size', 'rescale_log_probs',
     'per_row_greedy', 'draft_policy', 'verification', 'drafter', 'lenience',
-    'inputs_bidirectional_attention', 'max_length'))
+    'inputs_bidirectional_attention', 'max_length', 'suppress_ids'))
 def _speculative_generate(target_model, target_params, draft_model, draft_params, prompts,
                           decode_rng, temperature, *, topp, max_decode_len, gamma, eos_id,
                           num_decodes, topk, static_temperature, real_vocab_size,
                           rescale_log_probs, per_row_greedy=True, draft_policy=None,
                           verification='token', drafter=None, lenience=1.0,
                           inputs_bidirectional_attention=False, max_length=None,
-                          lookup_source=None, ngram_table=None):
+                          lookup_source=None, ngram_table=None, suppress_ids=()):
   prefill_inputs, loop_inputs = layout(prompts, max_decode_len, max_length)
-  length = t5_generate_lib.cache_length(loop_inputs.shape[1], gamma)
+  length = common.cache_length(loop_inputs.shape[1], gamma)
   target_cache, m = decoder_only.prefill_cache(
       target_model, target_params, prefill_inputs, length,
       inputs_bidirectional_attention=inputs_bidirectional_attention)
@@ -202,7 +198,7 @@ def _speculative_generate(target_model, target_params, draft_model, draft_params
   # adds nothing unless the caller gives one.
   source = (jnp.zeros((prompts.shape[0], 1), jnp.int32) if lookup_source is None
             else lookup_source)
-  loop_drafter, state = t5_generate_lib.loop_drafter_and_state(
+  loop_drafter, state = common.loop_drafter_and_state(
       drafter, draft_step, draft_cache, source, ngram_table, draft_policy, initial_index=m)
   decodes, log_probs, stats = decoding.speculative_sample(
       loop_inputs, target_cache, decoder_only.make_step_fn(target_model, target_params),
@@ -212,7 +208,8 @@ def _speculative_generate(target_model, target_params, draft_model, draft_params
       topk=topk, topp=topp, max_decode_steps=max_decode_len,
       real_vocab_size=real_vocab_size, rescale_log_probs=rescale_log_probs,
       prompt_free=True, per_row_greedy=per_row_greedy, draft_policy=draft_policy,
-      verification=verification, drafter=loop_drafter, lenience=lenience, initial_index=m)
+      verification=verification, drafter=loop_drafter, lenience=lenience, initial_index=m,
+      suppress_ids=suppress_ids)
   stats = stats.replace(tokens=stats.tokens - m[:, None])  # generated tokens only
   return remove_prefix(decodes, m, max_length or max_decode_len), log_probs, stats
 
@@ -225,7 +222,8 @@ def decoder_only_speculative_generate(
     real_vocab_size: Optional[int] = None, rescale_log_probs: bool = True,
     draft_policy=None, verification: str = 'token', drafter='model', ngram_table=None,
     lookup_source=None, lenience: float = 1.0,
-    inputs_bidirectional_attention: bool = False, max_length: Optional[int] = None):
+    inputs_bidirectional_attention: bool = False, max_length: Optional[int] = None,
+    suppress_ids=()):
   """Speculative decoding of a decoder-only target (paper Algorithm 1), both models
   prefilled with the same prompt in one pass each.
 
@@ -243,6 +241,9 @@ def decoder_only_speculative_generate(
       or a `decoding.drafters` object (`generate.resolve_drafter`).
     inputs_bidirectional_attention: prefix-LM prefill for both models.
     max_length: optional T5X layout, as in `decoder_only_generate`.
+    suppress_ids: token ids the models may not emit (e.g. sentinels, the unknown piece):
+      their logits are set to NEG_INF before standardization in the target and the
+      draft model alike (`decoding.speculative_sample`); default none, as T5X.
     Other arguments as `t5_speculative_generate`.
   Returns:
     `(decodes [batch, num_decodes, max_decode_len] int32 (generated tokens only),
@@ -252,29 +253,31 @@ def decoder_only_speculative_generate(
     ValueError: before compiling, as `t5_speculative_generate`.
   """
   prompts = check_prompts(prompts, max_decode_len, max_length)
-  topk = _check_topk(topk, target_model)
+  topk = common.check_topk(topk, target_model)
   decoding._check_common(jnp.zeros((1, 1), jnp.int32), eos_id, num_decodes, temperature,
                          topk, topp, None)
   gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
   accept.check_verification(verification)
   lenience = accept.check_lenience(lenience, verification)
-  spec = t5_generate_lib.resolve_drafter(drafter)
-  uses_model, ngram_table, lookup_source = t5_generate_lib.check_drafter_args(
+  suppress_ids = sampling.check_suppress_ids(suppress_ids, target_model.config.vocab_size)
+  spec = common.resolve_drafter(drafter)
+  uses_model, ngram_table, lookup_source = common.check_drafter_args(
       spec, target_model, draft_model, draft_params, ngram_table, lookup_source,
       prompts.shape[0], 'prompts', real_vocab_size)
   if not uses_model:
     draft_model = draft_params = None
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)
-  _warn_host_params(target_params=target_params, draft_params=draft_params)
+  common.warn_host_params(target_params=target_params, draft_params=draft_params)
   return _speculative_generate(
       target_model, target_params, draft_model, draft_params, jnp.asarray(prompts),
       decode_rng, jnp.asarray(temperature, jnp.float32), topp=float(topp),
       max_decode_len=max_decode_len, gamma=gamma, eos_id=eos_id, num_decodes=num_decodes,
-      topk=topk, static_temperature=_static_temperature(temperature),
+      topk=topk, static_temperature=common.static_temperature(temperature),
       real_vocab_size=real_vocab_size, rescale_log_probs=rescale_log_probs,
-      per_row_greedy=_per_row_greedy(temperature),
+      per_row_greedy=common.per_row_greedy(temperature),
       draft_policy=policies.as_policy(draft_policy), verification=verification,
       drafter=spec, lenience=lenience,
       inputs_bidirectional_attention=bool(inputs_bidirectional_attention),
-      max_length=max_length, lookup_source=lookup_source, ngram_table=ngram_table)
+      max_length=max_length, lookup_source=lookup_source, ngram_table=ngram_table,
+      suppress_ids=suppress_ids)

@@ -4,7 +4,8 @@ r"""Sequence-level distillation data: a trained target's own translations of a s
 
 Translates every source sentence of `split` (e.g. all 29,000 Multi30K training
 sources) greedily (or, with `temperature > 0`, by sampling) with the target of `target_run` (the project's own baseline
-decoder, `generate.t5_generate`, batched and length-sorted) and writes the output
+decoder, `generate.t5_generate`, or `generate.decoder_only_generate` for a decoder-only target, which
+decodes each input as its prompt with the run's own prefix-LM setting; batched and length-sorted) and writes the output
 token ids, one line per source in split order, space-separated, EOS excluded, to
 `output_path` (atomically). `train.targets_path` then trains a draft on these
 sequences instead of the gold German (Kim & Rush 2016; DistillSpec, Zhou et al. 2024):
@@ -64,7 +65,9 @@ def distill_data(target_run: str = gin.REQUIRED,
     RuntimeError: decoding failed (nothing is written then).
   """
   from specdec_jax.train import evaluation  # pylint: disable=g-import-not-at-top
-  from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models import family  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models.config import family_of  # pylint: disable=g-import-not-at-top
+  from specdec_jax.train import run_files  # pylint: disable=g-import-not-at-top
   for label, value in (('batch_size', batch_size), ('max_decode_len', max_decode_len)):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       raise ValueError(f'distill_data.{label} must be a positive int, got {value!r}.')
@@ -78,7 +81,18 @@ def distill_data(target_run: str = gin.REQUIRED,
     raise FileNotFoundError(f'distill_data.target_run={target_run!r}: {e} Train the target '
                             'first (python -m specdec_jax.train ...) or pass the shipped '
                             "target, 'specdec_jax/assets/demo_ende/target'.") from e
-  model = t5.Transformer(config.replace(dropout_rate=0.0))
+  model = family.build(config.replace(dropout_rate=0.0))
+  decode_kwargs, decoder = {}, 'generate.t5_generate'
+  if family_of(config) == 'decoder_only':
+    bidirectional = run_files.run_inputs_bidirectional_attention(run)
+    if bidirectional is None:
+      raise FileNotFoundError(
+          f'distill_data.target_run={target_run!r} holds a decoder-only model but neither its '
+          "summary.json nor ../pair.json says inputs_bidirectional_attention (prefix LM or "
+          'causal); pass the finished training run folder.')
+    decode_kwargs['inputs_bidirectional_attention'] = bidirectional
+    decoder = ('generate.decoder_only_generate, ' +
+               ('prefix LM' if bidirectional else 'causal') + ' prompt prefill,')
   processor = vocabulary.load_processor(vocab_path)
   sources, _ = data_lib.read_parallel(split, data_dir, limit=limit)
   inputs = data_lib.encode_inputs(processor, sources)
@@ -87,7 +101,8 @@ def distill_data(target_run: str = gin.REQUIRED,
   try:
     for idx, decodes in evaluation.decode_batches(model, params, inputs, batch_size=batch_size,
                                                   max_decode_len=max_decode_len,
-                                                  temperature=temperature, seed=seed):
+                                                  temperature=temperature, seed=seed,
+                                                  **decode_kwargs):
       for i, row in zip(idx, decodes):
         ids[i] = evaluation.ids_until_eos(row)
         hit_max += int(len(ids[i]) >= max_decode_len)
@@ -99,9 +114,8 @@ def distill_data(target_run: str = gin.REQUIRED,
   summary = dict(target_run=str(target_run), split=split, sentences=len(ids),
                  mean_tokens=sum(len(x) for x in ids) / max(len(ids), 1),
                  reached_max_decode_len=hit_max, max_decode_len=max_decode_len,
-                 decoder=('generate.t5_generate (greedy)' if temperature == 0 else
-                          f'generate.t5_generate (sampled, temperature {temperature}, '
-                          f'seed {seed})'),
+                 decoder=(f'{decoder} (greedy)' if temperature == 0 else
+                          f'{decoder} (sampled, temperature {temperature}, seed {seed})'),
                  seconds=round(time.time() - t0, 1),
                  output_path=str(out))
   atomic.write_text(out.with_name(out.name + '.summary.json'), json.dumps(summary, indent=2))

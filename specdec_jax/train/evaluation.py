@@ -104,8 +104,8 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]):
   return sacrebleu.corpus_bleu(list(hypotheses), [list(references)])
 
 
-def draft_agreement(target, target_params, draft, draft_params, encoder_tokens, decodes
-                    ) -> dict:
+def draft_agreement(target, target_params, draft, draft_params, encoder_tokens, decodes,
+                    inputs_bidirectional_attention: bool | None = None) -> dict:
   """How well a draft predicts the target along the target's own greedy outputs.
 
   Teacher-forced on the target's decodes (cut after the first EOS), per position:
@@ -113,37 +113,61 @@ def draft_agreement(target, target_params, draft, draft_params, encoder_tokens, 
   β = Σ_x min(p(x), q(x)) at temperature 1 (paper Def. 3.1; its mean is α at T = 1).
 
   Args:
-    target, draft: `t5.Transformer`s (dropout off) and their params.
-    encoder_tokens: int32 `[batch, enc_len]`.
+    target, draft: two `t5.Transformer`s or two `DecoderOnlyTransformer`s (dropout off)
+      and their params.
+    encoder_tokens: int32 `[batch, enc_len]`, the inputs (0 = padding); for decoder-only
+      models the prompts, each followed by its decode as in training
+      (`data.make_prefix_lm_features`).
     decodes: int32 `[batch, length]`, the target's greedy outputs.
+    inputs_bidirectional_attention: decoder-only models: prefix LM (True) or causal
+      (False); required for them, ignored for T5.
   Returns:
     dict with sums `agree`, `beta`, and `positions` (divide to get rates).
+  Raises:
+    ValueError: decoder-only models without `inputs_bidirectional_attention`.
   """
   tgt = np.array(decodes)
   for row in tgt:
     hits = np.flatnonzero(row == EOS_ID)
     if len(hits):
       row[hits[0] + 1:] = 0
-  agree, beta = agreement_per_position(target, target_params, draft, draft_params,
-                                       encoder_tokens, tgt)
-  w = tgt > 0
-  return dict(agree=float(np.sum(agree * w)), beta=float(np.sum(beta * w)),
-              positions=float(np.sum(w)))
+  batch = teacher_forced_features(target, encoder_tokens, tgt, inputs_bidirectional_attention)
+  agree, beta = _agreement_fn(target, draft)(target_params, draft_params, batch)
+  w = batch['decoder_loss_weights']
+  return dict(agree=float(np.sum(np.asarray(agree) * w)),
+              beta=float(np.sum(np.asarray(beta) * w)), positions=float(np.sum(w)))
+
+
+def teacher_forced_features(model, encoder_tokens, targets,
+                            inputs_bidirectional_attention: bool | None = None) -> dict:
+  """T5X feature batch (numpy) that teacher-forces `targets` (int32 `[batch, length]`, 0 =
+  padding) after `encoder_tokens` (int32 `[batch, enc_len]`, 0 = padding), for `model`'s
+  family: encoder–decoder features, or decoder-only features of `[batch, enc_len + length]`
+  (prompt ++ targets, the loss weights on the targets only). `decoder_loss_weights` marks
+  the scored positions (the targets' non-padding tokens)."""
+  enc, tgt = np.asarray(encoder_tokens), np.asarray(targets)
+  if hasattr(model, 'encode'):  # encoder–decoder
+    dec_in = np.zeros_like(tgt)
+    dec_in[:, 1:] = tgt[:, :-1]
+    return {'encoder_input_tokens': enc, 'decoder_input_tokens': dec_in,
+            'decoder_target_tokens': tgt,
+            'decoder_loss_weights': (tgt > 0).astype(np.float32)}
+  if inputs_bidirectional_attention is None:
+    raise ValueError('inputs_bidirectional_attention must be True (prefix LM) or False '
+                     '(causal) for decoder-only models.')
+  return data_lib.make_prefix_lm_features(
+      [list(x[x > 0]) for x in enc], [list(y[y > 0]) for y in tgt],
+      enc.shape[1] + tgt.shape[1], bidirectional=inputs_bidirectional_attention)
 
 
 def agreement_per_position(target, target_params, draft, draft_params, encoder_tokens,
                            targets):
   """Per position, teacher-forced on `targets` (int32 `[batch, length]`, the target's own
-  outputs, 0 = padding): bool `[batch, length]` whether the draft's argmax equals the
-  target's, and float32 `[batch, length]` β = Σ_x min(p(x), q(x)) at temperature 1.
-  Positions at padding are computed too (mask them with `targets > 0`)."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  tgt = np.asarray(targets)
-  dec_in = np.zeros_like(tgt)
-  dec_in[:, 1:] = tgt[:, :-1]
-  agree, beta = _agreement_fn(target, draft)(
-      target_params, draft_params, jnp.asarray(encoder_tokens), jnp.asarray(dec_in),
-      jnp.asarray(tgt))
+  outputs, 0 = padding), for a T5 pair: bool `[batch, length]` whether the draft's argmax
+  equals the target's, and float32 `[batch, length]` β = Σ_x min(p(x), q(x)) at
+  temperature 1. Positions at padding are computed too (mask them with `targets > 0`)."""
+  batch = teacher_forced_features(target, encoder_tokens, targets)
+  agree, beta = _agreement_fn(target, draft)(target_params, draft_params, batch)
   return np.asarray(agree), np.asarray(beta)
 
 
@@ -153,14 +177,13 @@ _AGREEMENT_FNS: dict = {}
 def _agreement_fn(target, draft):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models import family  # pylint: disable=g-import-not-at-top
   key = (target, draft)
   if key not in _AGREEMENT_FNS:
     @jax.jit
-    def fn(tparams, dparams, enc, dec_in, tgt):
-      lp = jax.nn.log_softmax(target.apply({'params': tparams}, enc, dec_in, tgt,
-                                           enable_dropout=False))
-      lq = jax.nn.log_softmax(draft.apply({'params': dparams}, enc, dec_in, tgt,
-                                          enable_dropout=False))
+    def fn(tparams, dparams, batch):
+      lp = jax.nn.log_softmax(family.forward(target, tparams, batch, enable_dropout=False))
+      lq = jax.nn.log_softmax(family.forward(draft, dparams, batch, enable_dropout=False))
       agree = jnp.argmax(lp, -1) == jnp.argmax(lq, -1)
       beta = jnp.sum(jnp.minimum(jnp.exp(lp), jnp.exp(lq)), -1)
       return agree, beta

@@ -62,7 +62,8 @@ from specdec_jax.models.config import T5Config, family_of
 # (`train.load_run`, `train.config_to_dict`, ... are used by scripts and jobs).
 from specdec_jax.train.run_files import (_checkpoints, config_from_dict, config_to_dict,  # noqa: F401
                                    load_params, load_run, param_count, restore_train_state,
-                                   save_params, save_train_state)
+                                   run_inputs_bidirectional_attention, save_params,
+                                   save_train_state)
 from specdec_jax.train.step import (TrainState, cross_entropy, is_query_kernel,  # noqa: F401
                                     kl_to_teacher, make_optimizer, make_schedule,
                                     make_train_step, tv_to_teacher)
@@ -98,7 +99,8 @@ class _DevEval:
       inputs = data_lib.encode_inputs(processor, self.sources, input_prefix)
       self.teacher_batches = []
       for idx, decodes in evaluation.decode_batches(teacher, teacher_params, inputs,
-                                                    batch_size=100, sort_by_length=False):
+                                                    batch_size=100, sort_by_length=False,
+                                                    **self.decode_kwargs):
         enc = data_lib.pad_batch([inputs[i] for i in idx], 64)
         self.teacher_batches.append((enc, decodes))
 
@@ -115,7 +117,7 @@ class _DevEval:
       tot = {'agree': 0.0, 'beta': 0.0, 'positions': 0.0}
       for enc, decodes in self.teacher_batches:
         a = self._evaluation.draft_agreement(self.teacher, self.teacher_params, self.model,
-                                             params, enc, decodes)
+                                             params, enc, decodes, **self.decode_kwargs)
         tot = {k: tot[k] + a[k] for k in tot}
       out['dev_greedy_agreement'] = round(tot['agree'] / tot['positions'], 4)
       out['dev_beta_t1'] = round(tot['beta'] / tot['positions'], 4)
@@ -240,6 +242,14 @@ def train(run_dir: str = gin.REQUIRED,
       raise ValueError(f'train.teacher_dir holds a {family_of(teacher_config)} model but the '
                        f'student is {fam}: distill within one model family (they share the '
                        'batch features).')
+    teacher_bidirectional = run_inputs_bidirectional_attention(teacher_dir)
+    if (fam == 'decoder_only' and teacher_bidirectional is not None
+        and teacher_bidirectional != bool(inputs_bidirectional_attention)):
+      raise ValueError(
+          f'train.teacher_dir={teacher_dir!r} was trained with inputs_bidirectional_attention='
+          f'{teacher_bidirectional} but train.inputs_bidirectional_attention='
+          f'{bool(inputs_bidirectional_attention)}: the teacher would see prompts with a mask '
+          'it was not trained on; set the student\'s to the teacher\'s.')
 
   rng = jax.random.PRNGKey(seed)
   init_rng, dropout_rng = jax.random.split(rng)
@@ -289,7 +299,7 @@ def train(run_dir: str = gin.REQUIRED,
   dev_eval = None
   if eval_every_steps:
     dev_eval = _DevEval(model_config, processor, eval_split, eval_examples, data_dir,
-                        teacher if fam == 't5' else None, teacher_params,
+                        teacher, teacher_params,
                         (source_suffix, target_suffix), input_prefix,
                         inputs_bidirectional_attention)
 

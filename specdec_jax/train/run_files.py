@@ -40,6 +40,22 @@ def load_params(path: str | os.PathLike):
   return flax.serialization.msgpack_restore(pathlib.Path(path).read_bytes())
 
 
+def run_inputs_bidirectional_attention(run_dir: str | os.PathLike) -> bool | None:
+  """A decoder-only model folder's prefix-LM flag (T5X's `inputs_bidirectional_attention`).
+
+  Read from the training run's `summary.json`, else from `pair.json` in the folder above
+  (an exported pair's `target/` or `draft/`). Returns None when neither says (a T5 run, or
+  a folder without either file).
+  """
+  run_dir = pathlib.Path(run_dir)
+  for path in (run_dir / 'summary.json', run_dir.parent / 'pair.json'):
+    if path.is_file():
+      value = json.loads(path.read_text()).get('inputs_bidirectional_attention')
+      if value is not None:
+        return bool(value)
+  return None
+
+
 def load_run(run_dir: str | os.PathLike):
   """(T5Config, float32 params) of a finished model folder.
 

@@ -44,6 +44,7 @@ import numpy as np
 from specdec_jax import decoding, generate
 from specdec_jax.decoding import accept
 from specdec_jax.decoding import drafters as drafters_lib
+from specdec_jax.generate import common as generate_common
 from specdec_jax.decoding import loop_common
 from specdec_jax.decoding import policies
 from specdec_jax.decoding import sampling
@@ -318,7 +319,7 @@ def speculative_sample(inputs, cache, tokens_to_logits: Optional[Callable], eos_
     drafter: 'model' (default), 'lookup' (n-gram lookup in the encoder input and the text
       so far), 'lookup+model', 'bigram' / 'unigram' (with `ngram_table`), or a
       `specdec_jax.decoding.drafters` object; 'lookup' and the tables need no draft
-      module or params (`generate.t5.resolve_drafter`).
+      module or params (`generate.common.resolve_drafter`).
     ngram_table: a table file path or `(ids, log_probs)` for 'bigram' / 'unigram'
       (`specdec_jax.drafters.tables`).
     lenience: l in (0, 1] (paper Appendix A.5); 1 is exact, l < 1 is NOT exact.
@@ -418,7 +419,7 @@ def _model_free(inputs, target, tparams, spec, eos_id, gamma, decode_rng, num_de
     if isinstance(ngram_table, (str, os.PathLike)):
       ids, log_probs, _ = tables.load(ngram_table, target.module.config.vocab_size)
       ngram_table = (ids, log_probs)
-    state = generate.t5._check_table(ngram_table, spec, target.module)  # pylint: disable=protected-access
+    state = generate_common.check_table(ngram_table, spec, target.module)
   else:
     state = enc
   decodes, log_probs, stats = decoding.speculative_sample(
