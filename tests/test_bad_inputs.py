@@ -371,3 +371,30 @@ def test_numpy_params_are_warned_about_and_decode_the_same(pair):
   with pytest.warns(RuntimeWarning, match=r'^params holds numpy arrays.*shardings=plan'):
     got = generate.t5_generate(pair.model, host_target, x, 8, sharding_plan=plan)[0]
   np.testing.assert_array_equal(got, want)
+
+
+def test_reports_are_strict_json():
+  """Summaries, JSONL rows, training logs and benchmark results go through `jsonio.dumps`:
+  NaN and ±Inf (an α with no drafts, a diverged loss) become null, so a strict JSON reader
+  (no NaN / Infinity constants) reads every file the jobs write."""
+  import json
+  import math
+  import numpy as np
+  from specdec_jax.util import jsonio
+
+  def strict(text):
+    return json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+
+  report = {'alpha': float('nan'), 'loss': [1.0, float('inf'), -math.inf],
+            'tokens_per_s': np.float32(np.nan), 'rows': np.array([0.5, np.nan]), 'ok': 2}
+  assert strict(jsonio.dumps(report)) == {'alpha': None, 'loss': [1.0, None, None],
+                                          'tokens_per_s': None, 'rows': [0.5, None], 'ok': 2}
+  with pytest.raises(ValueError):  # what the jobs wrote before: NaN, not JSON
+    strict(json.dumps(report, default=jsonio.default))
+  # the writers use it (one grep-level guard per job module)
+  import inspect
+  from specdec_jax.benchmark import job as bench_job
+  from specdec_jax.decode import outputs
+  from specdec_jax.train import distill_data, job as train_job
+  for module in (outputs, bench_job, distill_data, train_job):
+    assert 'jsonio.dumps(' in inspect.getsource(module), module.__name__

@@ -345,3 +345,19 @@ def test_target_and_draft_from_one_t5x_saved_checkpoint(small_params, tmp_path, 
   alone = getattr(checkpoints, saver)(small_params, tmp_path / 'alone', step=5)
   with pytest.raises(ValueError, match="holds no params .`target/draft`.*no 'target/draft'"):
     checkpoints.load_t5x_checkpoint(alone, draft_cfg, subtree='target/draft')
+
+
+@pytest.mark.parametrize('saver', ['save_t5x_checkpoint', 'save_orbax_checkpoint'])
+def test_non_finite_params_are_refused_at_load(small_params, tmp_path, saver):
+  """A NaN or Inf param is found once at load, named, and refused (it decoded to empty
+  outputs with exit status 0 before)."""
+  params = jax.tree.map(np.array, small_params)
+  params['decoder']['layers_0']['mlp']['wo']['kernel'][3, 1] = np.nan
+  params['encoder']['encoder_norm']['scale'][0] = np.inf
+  out = getattr(checkpoints, saver)(params, tmp_path / 'bad', step=1)
+  with pytest.raises(ValueError, match=r'NaN or Inf values in 2 param\(s\): '
+                     r'decoder/layers_0/mlp/wo/kernel, encoder/encoder_norm/scale'):
+    checkpoints.load_t5x_checkpoint(out, SMALL)
+  with pytest.raises(ValueError, match='NaN or Inf'):  # restored into shardings as well
+    checkpoints.load_t5x_checkpoint(out, SMALL, shardings=jax.sharding.SingleDeviceSharding(
+        jax.devices()[0]))

@@ -812,3 +812,31 @@ def test_decode_job_reads_a_checkpoint_holding_the_draft(pair, shared, tmp_path,
   err = capsys.readouterr().err
   assert rc == 2 and 'holds no draft under target/draft' in err
   assert 'decode.draft_checkpoint' in err
+
+
+def test_non_floating_checkpoint_dtype_is_refused_first(pair, tmp_path, capsys):
+  gin_file, _ = pair
+  rc = decode_lib.main(_argv(gin_file, f"decode.output_path='{tmp_path}/x.jsonl'",
+                             "decode.checkpoint_dtype='int8'"))
+  assert rc == 2
+  assert "decode.checkpoint_dtype must be a floating dtype" in capsys.readouterr().err
+  assert not list(tmp_path.iterdir())
+
+
+def test_bfloat16_params_on_cpu_warn_once(monkeypatch):
+  """Decoding bfloat16 params on the CPU warns once per process, naming the float32 cast."""
+  import jax.numpy as jnp
+  from specdec_jax import generate
+  from specdec_jax.generate import common
+  monkeypatch.setattr(common, '_BF16_WARNED', [])
+  cfg = DRAFT.replace(vocab_size=64)
+  model = t5.Transformer(cfg)
+  params = jax.tree.map(lambda x: x.astype(jnp.bfloat16),
+                        t5.init_params(cfg, jax.random.PRNGKey(0)))
+  enc = np.ones((1, 3), np.int32)
+  with pytest.warns(RuntimeWarning, match="bfloat16 arrays .* decode.checkpoint_dtype='float32'"):
+    generate.t5_generate(model, params, enc, 4)
+  import warnings
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    generate.t5_generate(model, params, enc, 4)  # once per process

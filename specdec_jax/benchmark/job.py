@@ -470,7 +470,7 @@ def benchmark(output_dir: str = 'out/benchmark',
              + results['drafter_results'] if r['temperature'] == 0.0]
   results['identical_at_t0'] = (all(r['identical'] for r in t0_rows) if t0_rows else None)
   results['total_wall_s'] = time.perf_counter() - t_start
-  atomic.write_text(out_dir / 'results.json', json.dumps(results, indent=2, default=jsonio.default))
+  atomic.write_text(out_dir / 'results.json', jsonio.dumps(results, indent=2))
   atomic.write_text(out_dir / 'results.md', report.markdown(results))
   report.plot(results, out_dir)
   print(f'wrote {out_dir}/results.json, results.md, speedup_vs_gamma.png, '

@@ -30,6 +30,8 @@ import os
 from typing import Any, Mapping
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from specdec_jax.checkpoints import tree as tree_lib
 from specdec_jax.checkpoints.legacy import read_msgpack
@@ -138,7 +140,31 @@ def load_t5x_checkpoint(path: str | os.PathLike, config=None,
   except KeyError as e:
     raise ValueError(f'The checkpoint at {location!r} holds no params (`{subtree}`): {e}'
                      ) from e
+  check_finite(params, f'The checkpoint at {location!r}')
   return params
+
+
+def check_finite(params: PyTree, where: str) -> None:
+  """Raises unless every floating param is finite (one pass over every array, once at load).
+
+  A NaN or Inf param makes every output it touches NaN; decoding would then emit id 0 (an
+  empty output) with exit status 0. Checked arrays may be numpy or (sharded) `jax.Array`s.
+
+  Raises:
+    ValueError: naming `where`, how many params hold non-finite values and the first of them
+      ('/'-joined T5X names).
+  """
+  bad = []
+  for path, leaf in tree_lib.flatten(params):
+    if isinstance(leaf, jax.Array):
+      if jnp.issubdtype(leaf.dtype, jnp.floating) and not bool(jnp.all(jnp.isfinite(leaf))):
+        bad.append('/'.join(path))
+    elif tree_lib.is_float(leaf) and not np.all(np.isfinite(leaf)):
+      bad.append('/'.join(path))
+  if bad:
+    raise ValueError(f'{where} holds NaN or Inf values in {len(bad)} param(s): '
+                     f'{", ".join(bad[:5])}{" …" if len(bad) > 5 else ""}. The checkpoint is '
+                     'damaged, or the run that wrote it diverged; load an earlier step.')
 
 
 def _sharding_lookup(shardings):

@@ -227,6 +227,7 @@ def _validate_settings(s: dict) -> None:
                      f"got {s['on_long_input']!r}.")
   if s.get('suppress_ids', 'pair') != 'pair':
     s['suppress_ids'] = pair_lib.parse_suppress_ids(s['suppress_ids'], 'decode.suppress_ids')
+  pair_lib._dtype(s.get('checkpoint_dtype'))  # pylint: disable=protected-access
   if s['input_format'] not in inputs_lib.FORMATS:
     raise ValueError(f'decode.input_format must be one of {inputs_lib.FORMATS}, '
                      f"got {s['input_format']!r}.")
@@ -429,6 +430,8 @@ def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
             f'{path!r} holds no draft under target/draft (where T5X saves params["draft"] '
             f'for SpeculativeEncoderDecoderModel / SpeculativeDecoderOnlyModel); bind '
             f'{binding("draft")}.') from e
+      if 'NaN or Inf values' in str(e):  # damaged, not mismatched
+        raise ValueError(f'{binding(role)} {path!r}: {e}') from e
       what = 'decode.' + role + '_config' if binding(role).startswith('decode.') else (
           'the T5X model gin\'s ' + ('module' if role == 'target' else 'draft_module'))
       raise ValueError(f'{binding(role)} {path!r} does not fit {what}: {e}') from e

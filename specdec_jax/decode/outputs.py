@@ -156,7 +156,7 @@ def run_decode(p: Prepared) -> dict:
             rec['truncated'] = True
           if not exact:
             rec['exact'] = False  # lenience < 1: not the target's distribution
-          out_file.write(json.dumps(rec, ensure_ascii=False) + '\n')
+          out_file.write(jsonio.dumps(rec, ensure_ascii=False) + '\n')
           for key in totals:
             totals[key] += stats[key][row].item()
           predictions.append(pred)
@@ -224,7 +224,7 @@ def run_decode(p: Prepared) -> dict:
     sum_file, sum_tmp = atomic.open_text(summary_path)
     tmp_paths.append(sum_tmp)
     with sum_file:
-      json.dump(summary, sum_file, indent=2, default=jsonio.default)
+      sum_file.write(jsonio.dumps(summary, indent=2))
       sum_file.write('\n')
     os.replace(tmp, p.output_path)
     os.replace(sum_tmp, summary_path)

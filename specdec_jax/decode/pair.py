@@ -246,11 +246,16 @@ _check_checkpoint = check_checkpoint
 
 
 def _dtype(name, what: str = 'decode.checkpoint_dtype'):
-  """`jnp.dtype(name)`, None for None; ValueError naming `what` for an unknown dtype."""
+  """`jnp.dtype(name)`, None for None; ValueError naming `what` for an unknown or
+  non-floating dtype."""
   if name is None:
     return None
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   try:
-    return jnp.dtype(name)
+    dtype = jnp.dtype(name)
   except TypeError as e:
     raise ValueError(f'{what}: unknown dtype {name!r}.') from e
+  if not jnp.issubdtype(dtype, jnp.floating):  # int8 params decode to empty strings
+    raise ValueError(f"{what} must be a floating dtype ('float32', 'bfloat16', 'float16'), "
+                     f'got {name!r}: params cast to it would not be the model any more.')
+  return dtype

@@ -161,6 +161,7 @@ def decoder_only_generate(model: decoder_only.DecoderOnlyTransformer, params, pr
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)
   common.warn_host_params(params=params)
+  common.warn_bf16_on_cpu(params=params)
   return _generate(model, params, jnp.asarray(prompts), decode_rng,
                    jnp.asarray(temperature, jnp.float32), topp=float(topp),
                    max_decode_len=max_decode_len, eos_id=eos_id, num_decodes=num_decodes,
@@ -269,6 +270,7 @@ def decoder_only_speculative_generate(
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)
   common.warn_host_params(target_params=target_params, draft_params=draft_params)
+  common.warn_bf16_on_cpu(target_params=target_params, draft_params=draft_params)
   return _speculative_generate(
       target_model, target_params, draft_model, draft_params, jnp.asarray(prompts),
       decode_rng, jnp.asarray(temperature, jnp.float32), topp=float(topp),

@@ -25,6 +25,7 @@ from specdec_jax.generate.common import (cache_length, check_drafter_args,  # no
                                          check_table, check_topk, drafter_name,
                                          loop_drafter_and_state, needs_draft_model,
                                          per_row_greedy, resolve_drafter, static_temperature,
+                                         warn_bf16_on_cpu,
                                          warn_host_params)
 from specdec_jax.models import t5
 
@@ -109,6 +110,7 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
                 prompt_free=decoder_prompt is None, per_row_greedy=per_row_greedy(temperature))
   prompt = _prompt(encoder_input_tokens, max_decode_len, decoder_prompt)
   warn_host_params(params=params)
+  warn_bf16_on_cpu(params=params)
   if sharding_plan is not None:
     from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top
     return sharded.generate(_generate, sharding_plan, model, params, encoder_input_tokens,
@@ -249,6 +251,7 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
   if not uses_model:
     draft_model = draft_params = None
   warn_host_params(target_params=target_params, draft_params=draft_params)
+  warn_bf16_on_cpu(target_params=target_params, draft_params=draft_params)
   traced = dict(lookup_source=lookup_source, ngram_table=ngram_table)
   if sharding_plan is not None:
     from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top

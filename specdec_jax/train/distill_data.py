@@ -28,6 +28,7 @@ import gin
 from specdec_jax.util import atomic
 from specdec_jax.train import data as data_lib
 from specdec_jax.util import flags
+from specdec_jax.util import jsonio
 from specdec_jax.interop.t5x import gin_registry as gin_utils  # noqa: F401  pylint: disable=unused-import
 from specdec_jax.train import job as train_lib  # registers `train` before gin is locked
 from specdec_jax.text import vocabulary
@@ -118,8 +119,8 @@ def distill_data(target_run: str = gin.REQUIRED,
                           f'{decoder} (sampled, temperature {temperature}, seed {seed})'),
                  seconds=round(time.time() - t0, 1),
                  output_path=str(out))
-  atomic.write_text(out.with_name(out.name + '.summary.json'), json.dumps(summary, indent=2))
-  print(json.dumps(summary), flush=True)
+  atomic.write_text(out.with_name(out.name + '.summary.json'), jsonio.dumps(summary, indent=2))
+  print(jsonio.dumps(summary), flush=True)
   return summary
 
 

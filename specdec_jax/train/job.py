@@ -50,6 +50,7 @@ from tqdm import tqdm
 from specdec_jax.util import atomic
 from specdec_jax.train import data as data_lib
 from specdec_jax.util import flags
+from specdec_jax.util import jsonio
 # Registers T5X's gin names (network.T5Config, ...), so T5X-style bindings work here.
 from specdec_jax.interop.t5x import gin_registry as gin_utils  # noqa: F401  pylint: disable=unused-import
 from specdec_jax.train import subword
@@ -308,7 +309,7 @@ def train(run_dir: str = gin.REQUIRED,
       return
     record = {'step': step, 'epoch': position['epoch'],
               'minutes': (time.time() - start_time) / 60, **dev_eval(state.params)}
-    log_file.write(json.dumps(record) + '\n')
+    log_file.write(jsonio.dumps(record) + '\n')
     log_file.flush()
     tqdm.write(json.dumps(record), file=sys.stdout)
 
@@ -346,7 +347,7 @@ def train(run_dir: str = gin.REQUIRED,
         if step % log_every_steps == 0:
           record = {'step': step, 'epoch': position['epoch'], 'lr': float(schedule(step - 1)),
                     'tokens_per_s': tok_s, 'minutes': (time.time() - start_time) / 60, **last}
-          log_file.write(json.dumps(record) + '\n')
+          log_file.write(jsonio.dumps(record) + '\n')
           log_file.flush()
           tqdm.write(json.dumps({k: round(v, 4) if isinstance(v, float) else v
                                  for k, v in record.items()}), file=sys.stdout)
@@ -374,8 +375,8 @@ def train(run_dir: str = gin.REQUIRED,
     summary['inputs_bidirectional_attention'] = bool(inputs_bidirectional_attention)
   summary['minutes_previous_sessions'] = prior_s / 60
   summary['minutes_total'] = summary['minutes_this_session'] + prior_s / 60
-  atomic.write_text(run_dir / 'summary.json', json.dumps(summary, indent=2))
-  print(json.dumps(summary), flush=True)
+  atomic.write_text(run_dir / 'summary.json', jsonio.dumps(summary, indent=2))
+  print(jsonio.dumps(summary), flush=True)
   return summary
 
 

@@ -20,3 +20,25 @@ def default(x):
     return strict_default(x)
   except TypeError:
     return str(x)
+
+
+def finite_or_none(obj):
+  """`obj` with every non-finite float (NaN, ±Inf), nested in dicts, lists and tuples, as
+  None: JSON has no NaN or Infinity, so a strict reader would refuse the file."""
+  import math  # pylint: disable=import-outside-toplevel
+  if isinstance(obj, float):
+    return obj if math.isfinite(obj) else None
+  if isinstance(obj, dict):
+    return {k: finite_or_none(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [finite_or_none(v) for v in obj]
+  if hasattr(obj, 'tolist') and not isinstance(obj, (str, bytes)):
+    return finite_or_none(obj.tolist())
+  return obj
+
+
+def dumps(obj, **kwargs) -> str:
+  """Strict JSON (`allow_nan=False`) of a report or summary: non-finite floats become null
+  (`finite_or_none`), arrays lists, other values `str` (`default`)."""
+  import json  # pylint: disable=import-outside-toplevel
+  return json.dumps(finite_or_none(obj), allow_nan=False, default=default, **kwargs)
