@@ -92,8 +92,8 @@ def distill_data(target_run: str = gin.REQUIRED,
           "summary.json nor ../pair.json says inputs_bidirectional_attention (prefix LM or "
           'causal); pass the finished training run folder.')
     decode_kwargs['inputs_bidirectional_attention'] = bidirectional
-    decoder = ('generate.decoder_only_generate, ' +
-               ('prefix LM' if bidirectional else 'causal') + ' prompt prefill,')
+    decoder = ('generate.decoder_only_generate with ' +
+               ('prefix LM' if bidirectional else 'causal') + ' prompt prefill')
   processor = vocabulary.load_processor(vocab_path)
   sources, _ = data_lib.read_parallel(split, data_dir, limit=limit)
   inputs = data_lib.encode_inputs(processor, sources)
