@@ -24,6 +24,8 @@ registers, under T5X's binding names:
   specdec_jax.NgramTableDrafter         specdec_jax.decoding.drafters.NgramTableDrafter
   specdec_jax.standard_logical_axis_rules  T5X's logical axis rules (sharding)
   specdec_jax.t5_vocab_path             path of the shared T5 SentencePiece model
+  specdec_jax.demo_vocab_path           path of the demo pairs' SentencePiece model, as the
+                                        seqio tasks of `specdec_jax.text.tasks` name it
 
 so `network.T5Config.emb_dim = 512`, `network.Transformer.config = @network.T5Config()`
 and `MODEL = @models.SpeculativeEncoderDecoderModel()` read as in T5X's gin files.
@@ -125,6 +127,14 @@ def t5_vocab_path(data_dir: Optional[str] = None) -> str:
   return path
 
 
+def demo_vocab_path() -> str:
+  """Path of the demo pairs' SentencePiece model, spelled as the seqio tasks
+  `specdec_ende_multi30k` / `specdec_ende_wmt_news` spell it (absolute, under the installed
+  package's assets): seqio compares vocabularies by their file path, and `t5x.infer`
+  refuses a model whose vocabulary differs from its task's."""
+  return str(paths.ASSETS_DIR / 'demo_ende' / 'vocab' / 'ende8k.model')
+
+
 _register(T5Config, 'T5Config', 'network')
 gin.constant('network.float32', jnp.float32)
 gin.constant('network.bfloat16', jnp.bfloat16)
@@ -138,6 +148,7 @@ _register(decoding.temperature_sample, 'temperature_sample', 'specdec_jax.decodi
 _register(t5x_decoding.temperature_sample, 'temperature_sample', 'specdec_jax.t5x_decoding')
 _register(t5x_decoding.speculative_sample, 'speculative_sample', 'specdec_jax.t5x_decoding')
 _register(t5_vocab_path, 't5_vocab_path', 'specdec_jax')
+_register(demo_vocab_path, 'demo_vocab_path', 'specdec_jax')
 _register(policies.DraftPolicy, 'DraftPolicy', 'specdec_jax')
 _register(drafters.LookupDrafter, 'LookupDrafter', 'specdec_jax')
 _register(drafters.NgramTableDrafter, 'NgramTableDrafter', 'specdec_jax')
