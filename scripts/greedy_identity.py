@@ -3,12 +3,12 @@ set, at batch 1 and 8 (issue #39's exactness goal; any pair, either family), plu
 temperature 1.
 
     python scripts/greedy_identity.py --pair demo_ende_decoder_only \
-        [--input ende/multi30k/test_2016_flickr.en.gz] [--out out/greedy_identity.json]
+        [--task specdec_ende_multi30k] [--out out/greedy_identity.json]
 
 Runs the decode job (`python -m specdec_jax.decode`, γ = 4, float32 compute as the job
 does) for each batch size: baseline and speculative at T = 0, and speculative at T = 1
 (batch 8). Compares the predictions row by row and records the summaries' α, tokens per
-target call, BLEU (against the `.de` file beside an `.en` input), rows cut at `max_decode_len` and run seconds. Writes the JSON after
+target call, BLEU (the task's references), rows cut at `max_decode_len` and run seconds. Writes the JSON after
 every step (temp file, then rename); exits 1 when any greedy row differs.
 """
 
@@ -24,16 +24,16 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from specdec_jax import decode as decode_lib  # noqa: E402
 from specdec_jax.util import atomic  # noqa: E402
-from specdec_jax.util import paths  # noqa: E402
 
 KEEP = ('alpha', 'acceptance_rate', 'tokens_per_target_call', 'bleu', 'cut_at_max_decode_len',
         'run_s', 'tokens_per_s', 'examples', 'suppress_ids')
 
 
-def _decode(pair, inp, out, method, batch, temperature, gamma):
+def _decode(pair, task, out, method, batch, temperature, gamma):
   rc = decode_lib.main([
       '--gin_file=configs/runs/decode.gin', f"--gin.decode.pair_dir='{pair}'",
-      f"--gin.decode.input_path='{inp}'", f"--gin.decode.output_path='{out}'",
+      f"--gin.decode.task_name='{task}'", "--gin.decode.task_split='test'",
+      f"--gin.decode.output_path='{out}'",
       f"--gin.decode.method='{method}'", f'--gin.decode.batch_size={batch}',
       f'--gin.decode.temperature={temperature}', f'--gin.decode.gamma={gamma}',
       '--gin.decode.print_predictions=0'])
@@ -44,43 +44,24 @@ def _decode(pair, inp, out, method, batch, temperature, gamma):
   return rows, {k: summary.get(k) for k in KEEP}
 
 
-def _lines(path: pathlib.Path) -> list[str]:
-  import gzip  # pylint: disable=import-outside-toplevel
-  opener = gzip.open if path.suffix == '.gz' else open
-  with opener(path, 'rt', encoding='utf-8') as f:
-    return [line.rstrip('\n') for line in f]
-
-
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--pair', default='demo_ende_decoder_only')
-  p.add_argument('--input', default='ende/multi30k/test_2016_flickr.en.gz',
-                 help='a source file under the shared data (or an absolute path)')
+  p.add_argument('--task', default='specdec_ende_multi30k',
+                 help="a seqio task of specdec_jax.text.tasks; its 'test' split is decoded")
   p.add_argument('--batch_sizes', default='1,8')
   p.add_argument('--gamma', type=int, default=4)
   p.add_argument('--out', default='out/greedy_identity.json')
   args = p.parse_args(argv)
-  src = pathlib.Path(args.input)
-  if not src.is_absolute():
-    src = paths.data_dir() / src
-  result = {'pair': args.pair, 'input': str(src), 'gamma': args.gamma, 'runs': {}}
+  result = {'pair': args.pair, 'task': args.task, 'gamma': args.gamma, 'runs': {}}
   differ = 0
   with tempfile.TemporaryDirectory() as tmp:
     tmp = pathlib.Path(tmp)
-    ref = src.with_name(src.name.replace('.en', '.de'))
-    sources = _lines(src)
-    if ref != src and ref.exists():  # a TSV with references: the summaries carry BLEU
-      inp = tmp / 'inputs.tsv'
-      inp.write_text(''.join(f'{a}\t{b}\n' for a, b in zip(sources, _lines(ref))),
-                     encoding='utf-8')
-    else:
-      inp = tmp / 'inputs.txt'
-      inp.write_text(''.join(a + '\n' for a in sources), encoding='utf-8')
     for batch in [int(x) for x in args.batch_sizes.split(',')]:
       rows = {}
       for method in ('baseline', 'speculative'):
-        rows[method], summary = _decode(args.pair, inp, tmp / f'{method}_{batch}.jsonl', method,
-                                        batch, 0.0, args.gamma)
+        rows[method], summary = _decode(args.pair, args.task, tmp / f'{method}_{batch}.jsonl',
+                                        method, batch, 0.0, args.gamma)
         result['runs'][f'{method}/batch{batch}/T0'] = summary
         atomic.write_text(pathlib.Path(args.out), json.dumps(result, indent=2))
       bad = [i for i, (a, b) in enumerate(zip(rows['baseline'], rows['speculative']))
@@ -92,8 +73,8 @@ def main(argv=None) -> int:
       print(f'batch {batch}: {len(rows["baseline"]) - len(bad)} / {len(rows["baseline"])} '
             'greedy rows identical', flush=True)
       atomic.write_text(pathlib.Path(args.out), json.dumps(result, indent=2))
-    _, summary = _decode(args.pair, inp, tmp / 'speculative_t1.jsonl', 'speculative', 8, 1.0,
-                         args.gamma)
+    _, summary = _decode(args.pair, args.task, tmp / 'speculative_t1.jsonl', 'speculative', 8,
+                         1.0, args.gamma)
     result['runs']['speculative/batch8/T1'] = summary
   atomic.write_text(pathlib.Path(args.out), json.dumps(result, indent=2))
   print(json.dumps(result, indent=2))

@@ -29,14 +29,6 @@ from specdec_jax.util import paths  # noqa: E402
 MARKERS = ('⁇', '<extra_id_')
 
 
-def _write_plain(path: pathlib.Path, src: pathlib.Path, limit: int) -> None:
-  import gzip  # pylint: disable=import-outside-toplevel
-  opener = gzip.open if src.suffix == '.gz' else open
-  with opener(src, 'rt', encoding='utf-8') as f:
-    lines = [line.rstrip('\n') for _, line in zip(range(limit), f)]
-  path.write_text(''.join(x + '\n' for x in lines), encoding='utf-8')
-
-
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--pair', default='demo_ende')
@@ -55,14 +47,13 @@ def main(argv=None) -> int:
     for name, src in sets.items():
       if name not in args.sets.split(','):
         continue
-      inp = tmp / f'{name}.txt'
-      _write_plain(inp, src, args.limit)
       for method in args.methods.split(','):
         for label, value in (('none', '()'), ('pair', "'pair'")):
           out = tmp / f'{name}_{method}_{label}.jsonl'
           rc = decode_lib.main([
               '--gin_file=configs/runs/decode.gin', f"--gin.decode.pair_dir='{args.pair}'",
-              f"--gin.decode.input_path='{inp}'", f"--gin.decode.output_path='{out}'",
+              f"--gin.decode.input_path='{src}'", f'--gin.decode.max_examples={args.limit}',
+              f"--gin.decode.output_path='{out}'",
               f"--gin.decode.method='{method}'", '--gin.decode.temperature=1.0',
               '--gin.decode.batch_size=32', '--gin.decode.print_predictions=0',
               f'--gin.decode.suppress_ids={value}'])

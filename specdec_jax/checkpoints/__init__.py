@@ -138,10 +138,18 @@ def load_t5x_checkpoint(path: str | os.PathLike, config=None,
       params = read_msgpack(location, subtree, dtype=dtype, config=config,
                             sharding_of=sharding_of, exclude=tuple(exclude))
   except KeyError as e:
-    raise ValueError(f'The checkpoint at {location!r} holds no params (`{subtree}`): {e}'
-                     ) from e
+    raise MissingSubtree(f'The checkpoint at {location!r} holds no params (`{subtree}`): {e}'
+                         ) from e
   check_finite(params, f'The checkpoint at {location!r}')
   return params
+
+
+class MissingSubtree(ValueError):
+  """The checkpoint holds no node at the requested `subtree` (e.g. no `target/draft`)."""
+
+
+class NonFiniteParams(ValueError):
+  """Params hold NaN or Inf values: the checkpoint is damaged (not mismatched)."""
 
 
 def check_finite(params: PyTree, where: str) -> None:
@@ -151,7 +159,7 @@ def check_finite(params: PyTree, where: str) -> None:
   empty output) with exit status 0. Checked arrays may be numpy or (sharded) `jax.Array`s.
 
   Raises:
-    ValueError: naming `where`, how many params hold non-finite values and the first of them
+    NonFiniteParams (a ValueError): naming `where`, how many params hold non-finite values and the first of them
       ('/'-joined T5X names).
   """
   bad = []
@@ -162,7 +170,7 @@ def check_finite(params: PyTree, where: str) -> None:
     elif tree_lib.is_float(leaf) and not np.all(np.isfinite(leaf)):
       bad.append('/'.join(path))
   if bad:
-    raise ValueError(f'{where} holds NaN or Inf values in {len(bad)} param(s): '
+    raise NonFiniteParams(f'{where} holds NaN or Inf values in {len(bad)} param(s): '
                      f'{", ".join(bad[:5])}{" …" if len(bad) > 5 else ""}. The checkpoint is '
                      'damaged, or the run that wrote it diverged; load an earlier step.')
 

@@ -424,13 +424,13 @@ def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
       if shardings is None:  # Once, here: numpy params are copied to the device per call.
         params = jax.device_put(params)
     except ValueError as e:
-      if subtree == 'target/draft' and f"no 'target/draft'" in str(e):
+      if isinstance(e, checkpoints.MissingSubtree) and subtree == 'target/draft':
         raise ValueError(
             f'No draft checkpoint: {binding("draft")} is not bound, and the target checkpoint '
             f'{path!r} holds no draft under target/draft (where T5X saves params["draft"] '
             f'for SpeculativeEncoderDecoderModel / SpeculativeDecoderOnlyModel); bind '
             f'{binding("draft")}.') from e
-      if 'NaN or Inf values' in str(e):  # damaged, not mismatched
+      if isinstance(e, checkpoints.NonFiniteParams):  # damaged, not mismatched
         raise ValueError(f'{binding(role)} {path!r}: {e}') from e
       what = 'decode.' + role + '_config' if binding(role).startswith('decode.') else (
           'the T5X model gin\'s ' + ('module' if role == 'target' else 'draft_module'))
