@@ -215,6 +215,9 @@ def test_speedup_compares_throughput_when_lengths_differ():
     ('''--gin.benchmark.verifications="('block',)"''', 'benchmark.verifications'),
     ('''--gin.benchmark.verifications="('token', 'blocks')"''', 'benchmark.verifications'),
     ('--gin.benchmark.topp=1.5', 'benchmark.topk / topp'),
+    ('--gin.benchmark.seed=-1', 'benchmark.seed must be an int in [0, 2**32)'),
+    ("--gin.benchmark.datasets=(('news', '/nonexistent/news.en'),)", '/nonexistent/news.en'),
+    ("--gin.benchmark.datasets='news.en'", 'benchmark.datasets must be a non-empty tuple'),
 ])
 def test_bad_settings_exit_2_before_loading(binding, needle, capsys, monkeypatch):
   """Checked up front (also in quick mode, which overrides the sweep): exit 2, no load."""
@@ -250,3 +253,16 @@ def test_startup_cold_then_warm_cache(tiny_pair):
   text = '\n'.join(report.startup_lines(st))
   assert '| cold |' in text and '| warm |' in text
   assert 'Not measured' in '\n'.join(report.startup_lines({'skipped': True, 'note': 'Not measured'}))
+
+
+def test_topk_beyond_the_vocabulary_exits_2_before_reading_checkpoints(capsys, monkeypatch):
+  from specdec_jax import checkpoints
+
+  def no_read(*a, **k):
+    raise AssertionError('a checkpoint was read before topk was checked')
+  monkeypatch.setattr(checkpoints, 'load_t5x_checkpoint', no_read)
+  rc = bench.main(['--gin_file=configs/runs/benchmark.gin', '--gin.benchmark.quick=True',
+                   '--gin.benchmark.topk=100000'])
+  assert rc == 2
+  err = capsys.readouterr().err
+  assert 'benchmark.topk: topk=100000 exceeds the target' in err and 'Traceback' not in err

@@ -840,3 +840,83 @@ def test_bfloat16_params_on_cpu_warn_once(monkeypatch):
   with warnings.catch_warnings():
     warnings.simplefilter('error')
     generate.t5_generate(model, params, enc, 4)  # once per process
+
+
+# --- issue #43: damaged inputs never become quiet wrong answers ----------------------------
+
+def test_a_damaged_checkpoint_is_named_damaged_not_mismatched(pair, tmp_path, capsys):
+  """A draft checkpoint with one array folder deleted: exit 2, "damaged", naming the param."""
+  import shutil
+  gin_file, root = pair
+  draft = tmp_path / 'draft'
+  shutil.copytree(root / 'draft', draft)
+  step = next(draft.glob('checkpoint_*'))
+  shutil.rmtree(next(step.glob('target.decoder.layers_0.mlp.wi_0.kernel')))
+  inp = _tsv(tmp_path)
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{out}'",
+                             f"decode.draft_checkpoint='{draft}'"))
+  err = _assert_clean_failure(rc, capsys, out, 'damaged', 'decoder/layers_0/mlp/wi_0/kernel',
+                              'decode.draft_checkpoint')
+  assert 'does not fit' not in err
+
+
+@pytest.mark.parametrize('binding, needle', [
+    ('decode.topk=40000', "decode.topk=40000 exceeds the target model's vocab_size=32128"),
+    ('decode.seed=-1', 'decode.seed must be an int in [0, 2**32)'),
+    ('decode.seed=4294967296', 'decode.seed must be an int in [0, 2**32)'),
+])
+def test_settings_out_of_range_are_refused_before_loading(pair, tmp_path, capsys, no_loading,
+                                                          binding, needle):
+  gin_file, _ = pair
+  inp = _tsv(tmp_path)
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{out}'", "decode.temperature=1.0",
+                             binding))
+  _assert_clean_failure(rc, capsys, out, needle)
+
+
+def test_summary_path_that_is_a_folder_is_refused_before_loading(pair, tmp_path, capsys,
+                                                                 no_loading):
+  gin_file, _ = pair
+  inp = _tsv(tmp_path)
+  out = tmp_path / 'o.jsonl'
+  (tmp_path / 'o.jsonl.summary.json').mkdir()
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{out}'"))
+  _assert_clean_failure(rc, capsys, out, 'o.jsonl.summary.json', 'is a folder')
+
+
+def test_symlinked_output_is_written_through(pair, tmp_path, capsys):
+  gin_file, _ = pair
+  inp = tmp_path / 'in.txt'
+  inp.write_text('A dog runs.\n')
+  real = tmp_path / 'real'
+  real.mkdir()
+  (real / 'o.jsonl').write_text('old\n')
+  link = tmp_path / 'o.jsonl'
+  link.symlink_to(real / 'o.jsonl')
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{link}'", "decode.method='baseline'"))
+  assert rc == 0, capsys.readouterr().err
+  assert link.is_symlink()
+  assert _read_jsonl(real / 'o.jsonl')[0]['inputs'] == 'A dog runs.'
+
+
+def test_sampled_baseline_rows_do_not_depend_on_the_batch(pair, tmp_path, capsys):
+  """At T = 1 the baseline takes one key per row (from the example's index), as the
+  speculative decoder does: a row's output is the same at batch size 1 and 3."""
+  gin_file, _ = pair
+  inp = _tsv(tmp_path)
+  preds = {}
+  for batch_size in (1, 3):
+    out = tmp_path / f'b{batch_size}.jsonl'
+    rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                               f"decode.output_path='{out}'", "decode.method='baseline'",
+                               'decode.temperature=1.0', f'decode.batch_size={batch_size}'))
+    assert rc == 0, capsys.readouterr().err
+    preds[batch_size] = [r['prediction'] for r in _read_jsonl(out)]
+  assert preds[1] == preds[3]
+  assert len(set(preds[1])) > 1  # sampled, not one constant output

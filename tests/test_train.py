@@ -480,7 +480,12 @@ def test_distill_data_cli_errors(tmp_path):
   assert distill_lib.main(run + ['--gin.distill_data.batch_size=0']) == 2
   assert distill_lib.main(run + ['--gin.distill_data.temperature=-0.5']) == 2
   assert distill_lib.main(run) == 2  # no such run: FileNotFoundError before decoding
+  assert distill_lib.main(run + ['--gin.distill_data.seed=-2']) == 2
   assert not list(tmp_path.iterdir())
+  # An output path that is a folder is refused before the target is even looked for.
+  (tmp_path / 'x').mkdir()
+  assert distill_lib.main(run) == 2
+  assert list(tmp_path.iterdir()) == [tmp_path / 'x']
 
 
 def _t5x_model_folder(path, cfg, params, step=7):

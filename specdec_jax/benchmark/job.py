@@ -64,6 +64,7 @@ from specdec_jax.benchmark import hf_peer as hf_peer_lib
 from specdec_jax.benchmark import report
 from specdec_jax.benchmark import startup as startup_lib
 from specdec_jax.benchmark import rows as rows_lib
+from specdec_jax.benchmark import runner as runner_lib
 from specdec_jax.benchmark.costs import predicted_speedup  # noqa: F401  (re-exported)
 from specdec_jax.benchmark.runner import (Models, Runner, config_dict,  # noqa: F401
                                       load_pair, machine, ratio, read_sentences, stats)
@@ -244,6 +245,10 @@ def benchmark(output_dir: str = 'out/benchmark',
     sampling.validate_sampling_args(1.0, topk, topp)
   except ValueError as e:
     raise BenchmarkConfigError(f'benchmark.topk / topp: {e}') from e
+  try:
+    sampling.check_seed('benchmark.seed', seed)
+  except ValueError as e:
+    raise BenchmarkConfigError(str(e)) from e
   from specdec_jax.decoding import drafters as drafters_lib  # pylint: disable=g-import-not-at-top
   if (not isinstance(drafters, (list, tuple)) or not drafters
       or any(d not in drafters_lib.DRAFTERS for d in drafters)):
@@ -277,11 +282,32 @@ def benchmark(output_dir: str = 'out/benchmark',
     settings['startup'] = False
   s = settings
   out_dir = pathlib.Path(output_dir)
+  for name in ('results.json', 'results.md'):  # before anything is loaded or timed
+    try:
+      atomic.destination(out_dir / name, 'the benchmark.output_dir file')
+    except ValueError as e:
+      raise BenchmarkConfigError(str(e)) from e
+  if out_dir.exists() and not out_dir.is_dir():
+    raise BenchmarkConfigError(f'benchmark.output_dir {str(out_dir)!r} is a file; name a '
+                               'folder.')
+  # The datasets are read before the models are loaded: a bad path fails in a second.
+  if (isinstance(datasets, (str, bytes)) or not isinstance(datasets, (list, tuple))
+      or not datasets or any(not isinstance(d, (list, tuple)) or len(d) != 2
+                             or not all(isinstance(x, str) for x in d) for d in datasets)):
+    raise BenchmarkConfigError(
+        'benchmark.datasets must be a non-empty tuple of (name, path) pairs, e.g. '
+        "--gin.benchmark.datasets=\"(('news', 'ende/wmt/newstest2014.en'),)\"; got "
+        f'{datasets!r}.')
+  records_of = [(name, path, read_sentences(path, s['num_sentences']))
+                for name, path in datasets]
   out_dir.mkdir(parents=True, exist_ok=True)
   t_start = time.perf_counter()
-  pair, vocab, models = load_pair(pair_dir, target_config, draft_config, target_checkpoint,
-                                  draft_checkpoint, vocab_path, extra_ids, checkpoint_dtype,
-                                  plan, need_draft=need_draft)
+  try:
+    pair, vocab, models = load_pair(pair_dir, target_config, draft_config, target_checkpoint,
+                                    draft_checkpoint, vocab_path, extra_ids, checkpoint_dtype,
+                                    plan, need_draft=need_draft, topk=topk)
+  except runner_lib.TopkTooLarge as e:
+    raise BenchmarkConfigError(f'benchmark.topk: {e}') from e
   eos = vocab.eos_id
   decoder_only = not hasattr(models.target_model, 'encode')
   bidirectional = bool(pair.inputs_bidirectional_attention)
@@ -302,8 +328,7 @@ def benchmark(output_dir: str = 'out/benchmark',
                                           models.target_model.config.vocab_size)
       tables[name] = jax.device_put((ids, log_probs))  # once, not per call
   data = []
-  for name, path in datasets:
-    records = read_sentences(path, s['num_sentences'])
+  for name, path, records in records_of:
     examples = inputs_lib.tokenize(records, vocab, prefix=prefix, max_input_len=max_input_len)
     data.append((name, str(path), examples))
 

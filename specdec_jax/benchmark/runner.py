@@ -52,11 +52,20 @@ class Models:
   draft_params: Any
 
 
+class TopkTooLarge(ValueError):
+  """`topk` exceeds a model's vocabulary (found from the configs, before loading)."""
+
+
 def load_pair(pair_dir, target_config, draft_config, target_checkpoint, draft_checkpoint,
-              vocab_path, extra_ids, checkpoint_dtype=None, plan=None, need_draft=True):
+              vocab_path, extra_ids, checkpoint_dtype=None, plan=None, need_draft=True,
+              topk: int = 0):
   """(PairSpec, vocabulary, Models) as the decode job resolves them; with a
   `sharding.ShardingPlan`, the params are restored straight into its shardings.
-  `need_draft=False` (model-free drafters only) loads no draft: its Models fields are None."""
+  `need_draft=False` (model-free drafters only) loads no draft: its Models fields are None.
+
+  Raises:
+    TopkTooLarge: `topk` exceeds a model's vocab_size (checked before any checkpoint is read).
+  """
   import jax  # pylint: disable=g-import-not-at-top
   from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
   from specdec_jax import decode as decode_lib  # pylint: disable=g-import-not-at-top
@@ -66,6 +75,11 @@ def load_pair(pair_dir, target_config, draft_config, target_checkpoint, draft_ch
                                  target_checkpoint=target_checkpoint,
                                  draft_checkpoint=draft_checkpoint, vocab_path=vocab_path,
                                  need_draft=need_draft)
+  for role in ('target', 'draft') if need_draft else ('target',):
+    cfg = getattr(pair, f'{role}_config')
+    if topk > cfg.vocab_size:
+      raise TopkTooLarge(f'topk={topk} exceeds the {role} model\'s vocab_size='
+                         f'{cfg.vocab_size}; use a smaller topk (0 = off).')
   vocab = decode_lib.load_vocabulary(pair.vocab_path, extra_ids)
   loaded = {'draft': (None, None)}
   for role in ('target', 'draft') if need_draft else ('target',):

@@ -34,8 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from specdec_jax.checkpoints import tree as tree_lib
+from specdec_jax.checkpoints.integrity import (DamagedCheckpoint, MissingChunks,
+                                              TruncatedCheckpoint)
 from specdec_jax.checkpoints.legacy import read_msgpack
-from specdec_jax.checkpoints.locations import find_checkpoint
+from specdec_jax.checkpoints.find import find_checkpoint
 from specdec_jax.checkpoints.orbax_read import read_orbax
 from specdec_jax.checkpoints.writers import (T5X_CHECKPOINT_VERSION, save_orbax_checkpoint,
                                             save_t5x_checkpoint)
@@ -46,6 +48,8 @@ PyTree = Any
 __all__ = [
     'load_t5x_checkpoint', 'read_t5x_arrays', 'save_t5x_checkpoint',
     'save_orbax_checkpoint', 'find_checkpoint', 'T5X_CHECKPOINT_VERSION',
+    'DamagedCheckpoint', 'TruncatedCheckpoint', 'MissingChunks', 'NonFiniteParams',
+    'MissingSubtree',
 ]
 
 
@@ -127,6 +131,11 @@ def load_t5x_checkpoint(path: str | os.PathLike, config=None,
     ValueError: not a T5X checkpoint, it lacks `target`, or (with `config`) the
       params do not fit: the message lists every missing param, every unexpected
       array and every shape mismatch (T5X '/' names, both shapes) with hints.
+    DamagedCheckpoint (a ValueError): the files are damaged, as opposed to not fitting:
+      `TruncatedCheckpoint` (the msgpack file ends early), `MissingChunks` (arrays whose
+      chunks or folder are missing, which TensorStore would read as zeros),
+      `NonFiniteParams` (NaN or Inf). A newest step that is incomplete is skipped for the
+      newest complete one, with a warning (`find_checkpoint`).
   """
   kind, location = find_checkpoint(path, restore_step)
   sharding_of = _sharding_lookup(shardings)
@@ -148,7 +157,7 @@ class MissingSubtree(ValueError):
   """The checkpoint holds no node at the requested `subtree` (e.g. no `target/draft`)."""
 
 
-class NonFiniteParams(ValueError):
+class NonFiniteParams(DamagedCheckpoint):
   """Params hold NaN or Inf values: the checkpoint is damaged (not mismatched)."""
 
 

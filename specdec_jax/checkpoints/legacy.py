@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from specdec_jax.util import jsonio
+from specdec_jax.checkpoints import integrity
 from specdec_jax.checkpoints import locations as loc
 from specdec_jax.checkpoints import tree as tree_lib
 from specdec_jax.checkpoints.config_check import check_against_config
@@ -140,10 +141,14 @@ def read_msgpack(msgpack_path: str, subtree: str | None, array_metadata=None,
   TensorStore on its own (`jax.make_array_from_callback`), so a process reads
   only the shards its devices hold and no full host copy is made.
   Children of the subtree named in `exclude` are left out (and never opened).
+
+  Raises:
+    integrity.TruncatedCheckpoint: the msgpack file ends early.
+    integrity.MissingChunks: an array's chunk files or folder are missing (it would read
+      as zeros), naming the params.
   """
-  from flax import serialization
   ckpt_dir = loc.parent(msgpack_path)
-  contents = serialization.msgpack_restore(loc.read_bytes(msgpack_path))
+  contents = integrity.restore_msgpack(msgpack_path)
   state = state_dict_of(contents, msgpack_path)
   node = tree_lib.select(state, subtree, msgpack_path)
   items = [(path, leaf) for path, leaf in tree_lib.flatten(node)
@@ -174,7 +179,12 @@ def read_msgpack(msgpack_path: str, subtree: str | None, array_metadata=None,
       # metadata is complete for what T5X writes, so assume it.
       opened[i] = _open_ts(spec, True).result()
 
-  # 2. Account for every param before reading any data.
+  # 2. Every chunk there (a missing one would read as zeros), every param accounted for,
+  #    before reading any data.
+  integrity.raise_missing(
+      [('/'.join(items[i][0]), why) for i, store in sorted(opened.items())
+       if (why := integrity.store_problem(store)) is not None],
+      f'The checkpoint at {msgpack_path!r}')
   if config is not None:
     found = [(path, jax.ShapeDtypeStruct(tuple(opened[i].shape), opened[i].dtype.numpy_dtype)
               if i in opened else leaf) for i, (path, leaf) in enumerate(items)]

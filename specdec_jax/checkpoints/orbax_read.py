@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from specdec_jax.checkpoints import integrity
 from specdec_jax.checkpoints import locations as loc
 from specdec_jax.checkpoints import tree as tree_lib
 from specdec_jax.checkpoints.config_check import ARRAY_OF_UNKNOWN_SHAPE, check_against_config
@@ -19,6 +20,7 @@ from specdec_jax.models.config import T5Config
 
 PyTree = Any
 ARRAY_TYPES = ('np.ndarray', 'jax.Array')
+_DAMAGE_CODES = ('NOT_FOUND', 'FAILED_PRECONDITION', 'DATA_LOSS', 'OUT_OF_RANGE')
 EMPTY_TYPES = {'Dict': dict, 'List': list, 'Tuple': tuple, 'None': lambda: None}
 
 
@@ -64,6 +66,11 @@ def read_orbax(state_dir: str, subtree: str | None, dtype=None,
   by orbax straight into their shardings (`ArrayRestoreArgs`: each process reads
   only its shards) as `jax.Array`s, cast to `dtype` on the way.
   Children of the subtree named in `exclude` are left out (and never opened).
+
+  Raises:
+    integrity.MissingChunks: an array's chunks (or the OCDBT database) are missing,
+      checked before orbax opens anything.
+    integrity.DamagedCheckpoint: TensorStore fails reading a data file (deleted, cut).
   """
   import orbax.checkpoint as ocp
   from etils import epath
@@ -96,12 +103,22 @@ def read_orbax(state_dir: str, subtree: str | None, dtype=None,
 
   restored = {}
   if item:
+    integrity.raise_missing(
+        integrity.orbax_problems(state_dir, [tuple(parts) + p for p, _ in item]),
+        f'The Orbax checkpoint at {state_dir!r}')
     checkpointer = ocp.Checkpointer(ocp.PyTreeCheckpointHandler())
-    restored = checkpointer.restore(
-        epath.Path(state_dir),
-        args=ocp.args.PyTreeRestore(item=nest(tree_lib.unflatten(item)),
-                                    restore_args=nest(tree_lib.unflatten(args)),
-                                    partial_restore=True))
+    try:
+      restored = checkpointer.restore(
+          epath.Path(state_dir),
+          args=ocp.args.PyTreeRestore(item=nest(tree_lib.unflatten(item)),
+                                      restore_args=nest(tree_lib.unflatten(args)),
+                                      partial_restore=True))
+    except ValueError as e:  # TensorStore's status, e.g. a deleted or cut data file
+      if not any(code in str(e) for code in _DAMAGE_CODES):
+        raise
+      raise integrity.DamagedCheckpoint(
+          f'The Orbax checkpoint at {state_dir!r} is damaged: {str(e).splitlines()[0]}. Copy '
+          'the checkpoint again, or load an earlier step.') from e
     for part in parts:
       restored = restored[part]
   leaves = tree_lib.flatten(restored) if item else []

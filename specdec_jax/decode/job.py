@@ -20,6 +20,7 @@ from specdec_jax.decode import outputs
 from specdec_jax.decode import pair as pair_lib
 from specdec_jax.decode import t5x_gin
 from specdec_jax.decode.prepared import Prepared
+from specdec_jax.util import atomic
 
 TRANSLATE_PREFIX = vocabulary.TRANSLATE_PREFIX  # the demo pair's task prefix
 METHODS = ('speculative', 'baseline')
@@ -192,8 +193,7 @@ def _validate_settings(s: dict) -> None:
     v = s[key]
     if not isinstance(v, int) or isinstance(v, bool) or v < low:
       raise ValueError(f'decode.{key} must be an int >= {low}, got {v!r}.')
-  if not isinstance(s['seed'], int) or isinstance(s['seed'], bool):
-    raise ValueError(f"decode.seed must be an int, got {s['seed']!r}.")
+  sampling.check_seed('decode.seed', s['seed'])
   if not isinstance(s['temperature'], (int, float)) or isinstance(s['temperature'], bool):
     raise ValueError(f"decode.temperature must be a number, got {s['temperature']!r}.")
   try:
@@ -234,12 +234,21 @@ def _validate_settings(s: dict) -> None:
 
 
 def check_output_path(output_path: str) -> pathlib.Path:
-  """The output path as a Path; ValueError unless its folder is (or can be made) writable."""
+  """The output path as a Path, checked before anything runs.
+
+  Raises:
+    ValueError: unbound; it or its summary sidecar (`<output_path>.summary.json`) is a
+      folder or a special file; or its folder is not (and cannot be made) writable. A
+      symlinked output is written through (`atomic.destination`).
+  """
   if not output_path:
     raise ValueError("Bind decode.output_path='out/predictions.jsonl' (the JSONL to write).")
   p = pathlib.Path(output_path).expanduser()
   if p.is_dir():
     raise ValueError(f'decode.output_path {str(p)!r} is a folder; name a .jsonl file.')
+  atomic.destination(p, 'decode.output_path')
+  atomic.destination(p.with_name(p.name + '.summary.json'),
+                     'the summary beside decode.output_path')
   ancestor = p.parent
   while not ancestor.exists():
     ancestor = ancestor.parent
@@ -307,6 +316,9 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
   configs = [('target', pair.target_config)] + ([('draft', pair.draft_config)]
                                                if need_draft else [])
   for role, cfg in configs:
+    if s['topk'] > cfg.vocab_size:  # before loading, not at the first generate call
+      raise ValueError(f"decode.topk={s['topk']} exceeds the {role} model's "
+                       f'vocab_size={cfg.vocab_size}; use a smaller topk (0 = off).')
     if vocab.vocab_size > cfg.vocab_size:
       raise ValueError(f'The vocabulary ({vocab.vocab_size} ids with extra_ids) is larger than '
                        f'the {role} model\'s vocab_size={cfg.vocab_size}; wrong '
@@ -430,7 +442,7 @@ def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
             f'{path!r} holds no draft under target/draft (where T5X saves params["draft"] '
             f'for SpeculativeEncoderDecoderModel / SpeculativeDecoderOnlyModel); bind '
             f'{binding("draft")}.') from e
-      if isinstance(e, checkpoints.NonFiniteParams):  # damaged, not mismatched
+      if isinstance(e, checkpoints.DamagedCheckpoint):  # damaged, not mismatched
         raise ValueError(f'{binding(role)} {path!r}: {e}') from e
       what = 'decode.' + role + '_config' if binding(role).startswith('decode.') else (
           'the T5X model gin\'s ' + ('module' if role == 'target' else 'draft_module'))

@@ -36,7 +36,7 @@ def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):
   kwargs = dict(eos_id=eos, temperature=s['temperature'], topk=s['topk'], topp=s['topp'],
                 suppress_ids=tuple(s.get('suppress_ids') or ()))
   if not hasattr(p.target_model, 'encode'):  # decoder-only: the input is the prompt
-    return _decode_batch_decoder_only(p, batch, batch_index, base, kwargs)
+    return _decode_batch_decoder_only(p, batch, base, kwargs)
   if s['method'] == 'speculative':
     keys = _row_keys(batch, base)
     decodes, _, stats = generate.t5_speculative_generate(
@@ -51,7 +51,7 @@ def _decode_batch(p: Prepared, batch: inputs_lib.Batch, batch_index: int):
   else:
     decodes, _ = generate.t5_generate(p.target_model, p.target_params, batch.tokens,
                                       s['max_decode_len'],
-                                      decode_rng=jax.random.fold_in(base, batch_index),
+                                      decode_rng=_row_keys(batch, base),
                                       sharding_plan=p.plan, **kwargs)
     decodes = jax.device_get(decodes)
     tokens = np.array([len(inputs_lib.tokens_until_eos(r, eos))
@@ -71,8 +71,7 @@ def _row_keys(batch: inputs_lib.Batch, base):
   return jax.vmap(lambda i: jax.random.fold_in(base, i))(np.asarray(idx, np.uint32))
 
 
-def _decode_batch_decoder_only(p: Prepared, batch: inputs_lib.Batch, batch_index: int, base,
-                               kwargs):
+def _decode_batch_decoder_only(p: Prepared, batch: inputs_lib.Batch, base, kwargs):
   """`_decode_batch` for a decoder-only pair: each input is its row's prompt, prefilled in
   one pass (prefix LM when the pair says so); `max_decode_len` tokens after it."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -94,7 +93,7 @@ def _decode_batch_decoder_only(p: Prepared, batch: inputs_lib.Batch, batch_index
     return np.asarray(decodes)[:, 0], out
   decodes, _ = generate.decoder_only_generate(
       p.target_model, p.target_params, batch.tokens, s['max_decode_len'],
-      decode_rng=jax.random.fold_in(base, batch_index),
+      decode_rng=_row_keys(batch, base),
       inputs_bidirectional_attention=bidirectional, **kwargs)
   decodes = np.asarray(jax.device_get(decodes))[:, 0]
   tokens = np.array([len(inputs_lib.tokens_until_eos(r, p.eos_id)) for r in decodes])
@@ -226,8 +225,8 @@ def run_decode(p: Prepared) -> dict:
     with sum_file:
       sum_file.write(jsonio.dumps(summary, indent=2))
       sum_file.write('\n')
-    os.replace(tmp, p.output_path)
-    os.replace(sum_tmp, summary_path)
+    atomic.commit(tmp, p.output_path)
+    atomic.commit(sum_tmp, summary_path)
   except BaseException:
     for t in tmp_paths:
       t.unlink(missing_ok=True)

@@ -70,7 +70,11 @@ def temperature_sample(inputs, cache, tokens_to_logits: Callable, eos_id: int,
     cache: the model's cache for `batch` rows (expanded here for `num_decodes`).
     tokens_to_logits: `fn(DecodingState) -> (logits [B', vocab], new_cache)`.
     eos_id: end-of-sequence id; a row ends once it samples it (positions after are 0).
-    decode_rng: PRNG key (default `PRNGKey(0)`).
+    decode_rng: one PRNG key (default `PRNGKey(0)`), drawn from as T5X does (one stream
+      for the whole batch: a row's samples depend on the batch it is in); or one key per
+      row (`[batch]` typed, or `[batch, 2]` raw uint32), as `speculative_sample` takes:
+      then row r's samples depend only on its key (step t draws with
+      `fold_in(key_r, t)`), whatever the batch size or the row's position.
     num_decodes: samples per input.
     temperature: scalar or `[batch]`; ≤ 1e-4 is greedy (argmax, log-prob 0 when
       `rescale_log_probs`).
@@ -110,6 +114,9 @@ def temperature_sample(inputs, cache, tokens_to_logits: Callable, eos_id: int,
   batch, max_decode_len = inputs.shape
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)
+  row_keys = None  # per-row keys: `[flat]`, each row its own stream
+  if loop_common.is_per_row_keys(decode_rng):
+    row_keys = loop_common.row_keys(decode_rng, batch, num_decodes)
   static_greedy = sampling.is_static_greedy(temperature)
   if isinstance(temperature, (int, float)) and not static_greedy:
     per_row_greedy = False  # one temperature > 1e-4 for every row
@@ -130,7 +137,10 @@ def temperature_sample(inputs, cache, tokens_to_logits: Callable, eos_id: int,
   if sampler == 'inverse_cdf' and not static_greedy:
     # Every step's uniforms in one PRNG call before the loop (a threefry call is a loop
     # of its own on CPU), indexed by position: [flat, max_decode_len + 1, 2].
-    uniforms = jax.random.uniform(decode_rng, (flat, max_decode_len + 1, 2))
+    if row_keys is None:
+      uniforms = jax.random.uniform(decode_rng, (flat, max_decode_len + 1, 2))
+    else:
+      uniforms = jax.vmap(lambda k: jax.random.uniform(k, (max_decode_len + 1, 2)))(row_keys)
 
   def cond_fn(state):
     return ~jnp.all(state.ended)
@@ -147,8 +157,11 @@ def temperature_sample(inputs, cache, tokens_to_logits: Callable, eos_id: int,
       std = None
     else:
       std = sampling.standardize(logits, temp, topk, topp, may_be_greedy=per_row_greedy)
-      if sampler == 'gumbel':
+      if sampler == 'gumbel' and row_keys is None:
         token = sampling.categorical(sample_rng, std)  # = jax.random.categorical
+      elif sampler == 'gumbel':
+        step_keys = jax.vmap(jax.random.fold_in)(row_keys, state.cur_index)
+        token = sampling.sample_rows(step_keys, std)
       else:
         u = jnp.take_along_axis(
             uniforms, jnp.minimum(state.cur_index, max_decode_len)[:, None, None], axis=1)[:, 0]
@@ -182,7 +195,8 @@ def temperature_sample(inputs, cache, tokens_to_logits: Callable, eos_id: int,
   cur_token0 = jnp.take_along_axis(sequences0, index0[:, None], axis=1)
   state0 = _SamplingLoopState(cur_index=index0, sequences=sequences0, cache=cache,
                               cur_token=cur_token0, ended=index0 >= limit,
-                              rng=decode_rng, log_prob=jnp.zeros((flat,), jnp.float32))
+                              rng=decode_rng if row_keys is None else jax.random.PRNGKey(0),
+                              log_prob=jnp.zeros((flat,), jnp.float32))
   final = jax.lax.while_loop(cond_fn, body_fn, state0)
   decodes, log_probs, _ = loop_common.sort_decodes(final.sequences[:, 1:], final.log_prob, batch,
                                         num_decodes)

@@ -68,6 +68,15 @@ def check_common(inputs, eos_id, num_decodes, temperature, topk, topp, max_decod
   sampling.validate_sampling_args(temperature, topk, topp)
 
 
+def is_per_row_keys(decode_rng) -> bool:
+  """True when `decode_rng` holds one key per row (`[batch]` typed / `[batch, 2]` raw)."""
+  if decode_rng is None:
+    return False
+  shape = jnp.shape(decode_rng)
+  typed = jax.dtypes.issubdtype(jnp.asarray(decode_rng).dtype, jax.dtypes.prng_key)
+  return len(shape) == (1 if typed else 2)
+
+
 def row_keys(decode_rng, batch: int, num_decodes: int):
   """Per-row keys `[batch * num_decodes]`: a row's randomness depends only on its key.
 

@@ -31,6 +31,22 @@ def check_int(name: str, value, minimum: int) -> int:
   return int(value)
 
 
+SEED_LIMIT = 2**32
+
+
+def check_seed(name: str, value) -> int:
+  """A PRNG seed as a Python int in [0, 2**32) (what `jax.random.PRNGKey` keeps exactly).
+
+  Raises:
+    ValueError: naming `name`, for a bool, a non-int, a negative or too large value
+      (`PRNGKey` would overflow or silently fold it).
+  """
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not (
+      0 <= value < SEED_LIMIT):
+    raise ValueError(f'{name} must be an int in [0, 2**32), got {value!r}.')
+  return int(value)
+
+
 def validate_sampling_args(temperature, topk, topp) -> None:
   """Raises ValueError (before any compilation) for inconsistent sampling args.
 

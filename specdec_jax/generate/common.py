@@ -170,6 +170,33 @@ def needs_draft_model(drafter) -> bool:
   return spec is None or isinstance(spec, drafters_lib.LookupThenModel)
 
 
+def check_token_ids(tokens, name: str, vocab_size: int, model_name: str = 'the model') -> None:
+  """Raises ValueError unless every id of `tokens` lies in [0, vocab_size) (concrete only).
+
+  An id outside the embedding table would be clipped by the gather (JAX's default for
+  out-of-bounds indices) and decode silently as another token. Tracers (a caller's jit, as
+  in T5X's predict step) and arrays spread over several processes are not checked.
+
+  Args:
+    tokens: int array of any shape, or None (nothing to check).
+    name: the argument's name, for the message.
+    vocab_size: the embedding rows of the model that reads `tokens`.
+  """
+  if tokens is None or isinstance(tokens, jax.core.Tracer) or (
+      isinstance(tokens, jax.Array) and not tokens.is_fully_addressable):
+    return
+  arr = np.asarray(tokens)
+  if not arr.size:
+    return
+  if not np.issubdtype(arr.dtype, np.integer):
+    raise ValueError(f'{name} must hold integer token ids, got dtype {arr.dtype}.')
+  low, high = int(arr.min()), int(arr.max())
+  if low < 0 or high >= vocab_size:
+    raise ValueError(f'{name} holds token ids in [{low}, {high}] but {model_name}\'s vocabulary '
+                     f'is [0, {vocab_size}): tokenize with the model\'s vocabulary (0 is '
+                     'padding).')
+
+
 def check_drafter_args(spec, target_model, draft_model, draft_params, ngram_table,
                        lookup_source, batch: int, batch_name: str, real_vocab_size=None):
   """The drafter-related arguments of a speculative entry point, checked before compiling.
@@ -182,7 +209,8 @@ def check_drafter_args(spec, target_model, draft_model, draft_params, ngram_tabl
   Raises:
     ValueError: a drafter that needs the draft model without one, a table missing or
       given for a drafter without one, a lookup_source of the wrong shape or for a
-      drafter without lookup, a model whose vocabulary is smaller than real_vocab_size.
+      drafter without lookup, a model whose vocabulary is smaller than real_vocab_size, a
+      draft with fewer vocabulary rows than the target when real_vocab_size is not given.
   """
   uses_model = spec is None or isinstance(spec, drafters_lib.LookupThenModel)
   if uses_model and (draft_model is None or draft_params is None):
@@ -201,6 +229,14 @@ def check_drafter_args(spec, target_model, draft_model, draft_params, ngram_tabl
       raise ValueError(f'lookup_source has shape {jnp.shape(lookup_source)}; it must be '
                        f'[batch, S] int with the batch of {batch_name}.')
     lookup_source = jnp.asarray(lookup_source, jnp.int32)
+  if (real_vocab_size is None and draft_model is not None
+      and draft_model.config.vocab_size < target_model.config.vocab_size):
+    raise ValueError(
+        f'draft_model has vocab_size {draft_model.config.vocab_size} < target_model\'s '
+        f'{target_model.config.vocab_size}: target ids beyond the draft\'s table would embed as '
+        'garbage. Pass real_vocab_size (the ids both models share, e.g. the SentencePiece '
+        'pieces + extra ids) if the target\'s extra rows are padding, or use a draft with the '
+        'target\'s vocabulary.')
   if real_vocab_size is not None:
     for name, m in (('target_model', target_model), ('draft_model', draft_model)):
       if m is not None and m.config.vocab_size < real_vocab_size:

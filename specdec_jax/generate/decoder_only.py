@@ -153,6 +153,7 @@ def decoder_only_generate(model: decoder_only.DecoderOnlyTransformer, params, pr
     ValueError: before compiling, for bad prompts or sampling arguments.
   """
   prompts = check_prompts(prompts, max_decode_len, max_length)
+  common.check_token_ids(prompts, 'prompts', model.config.vocab_size)
   topk = common.check_topk(topk, model)
   decoding._check_common(jnp.zeros((1, 1), jnp.int32), eos_id, num_decodes, temperature,
                          topk, topp, None)
@@ -254,6 +255,7 @@ def decoder_only_speculative_generate(
     ValueError: before compiling, as `t5_speculative_generate`.
   """
   prompts = check_prompts(prompts, max_decode_len, max_length)
+  common.check_token_ids(prompts, 'prompts', target_model.config.vocab_size, 'the target')
   topk = common.check_topk(topk, target_model)
   decoding._check_common(jnp.zeros((1, 1), jnp.int32), eos_id, num_decodes, temperature,
                          topk, topp, None)

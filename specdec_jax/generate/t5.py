@@ -22,7 +22,8 @@ from specdec_jax.decoding import policies
 from specdec_jax.decoding import sampling
 from specdec_jax.generate import xla_options
 from specdec_jax.generate.common import (cache_length, check_drafter_args,  # noqa: F401
-                                         check_table, check_topk, drafter_name,
+                                         check_table, check_token_ids, check_topk,
+                                         drafter_name,
                                          loop_drafter_and_state, needs_draft_model,
                                          per_row_greedy, resolve_drafter, static_temperature,
                                          warn_bf16_on_cpu,
@@ -95,6 +96,8 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
     `(decodes [batch, num_decodes, max_decode_len], log_probs [batch, num_decodes])`.
   """
   _check_tokens(encoder_input_tokens, max_decode_len)
+  check_token_ids(encoder_input_tokens, 'encoder_input_tokens', model.config.vocab_size)
+  check_token_ids(decoder_prompt, 'decoder_prompt', model.config.vocab_size)
   topk = check_topk(topk, model)
   decoding._check_common(_prompt(encoder_input_tokens, max_decode_len, decoder_prompt),
                          eos_id, num_decodes, temperature, topk, topp, max_decode_steps)
@@ -214,6 +217,12 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
     ValueError: as `speculative_sample`, before compiling.
   """
   _check_tokens(encoder_input_tokens, max_decode_len)
+  check_token_ids(encoder_input_tokens, 'encoder_input_tokens', target_model.config.vocab_size,
+                  'the target')
+  check_token_ids(decoder_prompt, 'decoder_prompt', target_model.config.vocab_size, 'the target')
+  if draft_model is not None:
+    check_token_ids(draft_encoder_input_tokens, 'draft_encoder_input_tokens',
+                    draft_model.config.vocab_size, 'the draft')
   topk = check_topk(topk, target_model)
   prompt = _prompt(encoder_input_tokens, max_decode_len, decoder_prompt)
   decoding._check_common(prompt, eos_id, num_decodes, temperature, topk, topp,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from specdec_jax.decoding import loop_common
 from specdec_jax.sharding import batch as batch_lib
 from specdec_jax.sharding.plan import ShardingPlan
 
@@ -45,10 +46,14 @@ def generate(jitted, plan: ShardingPlan, model, params, encoder_input_tokens, pr
              decode_rng, temperature, static: dict):
   """`generate.t5._generate` on `plan`'s mesh; host `(decodes, log_probs)` of the real rows."""
   params = shard_params(plan, model.config, params, 'target')
-  (tokens, prompt), temperature, batch = _batch_inputs(
-      plan, [np.asarray(encoder_input_tokens, np.int32), np.asarray(prompt)], temperature)
-  out = jitted(model, params, tokens, prompt, jnp.asarray(decode_rng), temperature,
-               sharding_plan=plan, **static)
+  arrays = [np.asarray(encoder_input_tokens, np.int32), np.asarray(prompt)]
+  per_row = loop_common.is_per_row_keys(decode_rng)
+  if per_row:  # padded and split like the rows they belong to
+    arrays.append(batch_lib.row_keys(decode_rng, np.shape(encoder_input_tokens)[0]))
+  placed, temperature, batch = _batch_inputs(plan, arrays, temperature)
+  tokens, prompt = placed[:2]
+  keys = placed[2] if per_row else jnp.asarray(decode_rng)
+  out = jitted(model, params, tokens, prompt, keys, temperature, sharding_plan=plan, **static)
   return batch_lib.gather(out, batch)
 
 

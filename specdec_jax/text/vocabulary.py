@@ -235,12 +235,28 @@ def load_vocabulary(path: str | os.PathLike | None, extra_ids: int = DEFAULT_EXT
 
 
 def load_processor(path: str | os.PathLike):
-  """A plain `sentencepiece.SentencePieceProcessor` (no TensorFlow import; same ids as seqio)."""
+  """A plain `sentencepiece.SentencePieceProcessor` (no TensorFlow import; same ids as seqio).
+
+  Args:
+    path: a SentencePiece `.model` file, or a folder holding one (the first by name).
+  Raises:
+    FileNotFoundError: no such file, or a folder without a `.model` file.
+    ValueError: the file is not a SentencePiece model (sentencepiece cannot parse it).
+  """
   import sentencepiece as spm
-  path = pathlib.Path(path)
+  path = pathlib.Path(path).expanduser()
   if path.is_dir():
-    path = sorted(path.glob('*.model'))[0]
-  return spm.SentencePieceProcessor(model_file=str(path))
+    models = sorted(path.glob('*.model'))
+    if not models:
+      raise FileNotFoundError(f'The vocabulary folder {str(path)!r} holds no SentencePiece '
+                              '.model file.')
+    path = models[0]
+  if not path.is_file():
+    raise FileNotFoundError(f'No SentencePiece vocabulary at {str(path)!r}.')
+  try:
+    return spm.SentencePieceProcessor(model_file=str(path))
+  except RuntimeError as e:  # sentencepiece's parse failure
+    raise ValueError(f'{str(path)!r} is not a SentencePiece model: {e}') from e
 
 
 def main(argv=None):

@@ -18,6 +18,7 @@ seconds) goes to `<output_path>.summary.json`.
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import sys
 import time
@@ -25,6 +26,7 @@ from typing import Optional, Sequence
 
 import gin
 
+from specdec_jax.decoding import sampling
 from specdec_jax.util import atomic
 from specdec_jax.train import data as data_lib
 from specdec_jax.util import flags
@@ -62,7 +64,9 @@ def distill_data(target_run: str = gin.REQUIRED,
     the summary dict (also written to `<output_path>.summary.json`).
   Raises:
     FileNotFoundError: `target_run` lacks its params or config.
-    ValueError: `temperature` is negative, `batch_size` or `max_decode_len` not a positive int.
+    ValueError: `temperature` is negative or not finite, `batch_size` or `max_decode_len` not
+      a positive int, `seed` not an int in [0, 2**32), `output_path` or its summary path is
+      a folder or a special file (all before the target is loaded).
     RuntimeError: decoding failed (nothing is written then).
   """
   from specdec_jax.train import evaluation  # pylint: disable=g-import-not-at-top
@@ -72,8 +76,14 @@ def distill_data(target_run: str = gin.REQUIRED,
   for label, value in (('batch_size', batch_size), ('max_decode_len', max_decode_len)):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
       raise ValueError(f'distill_data.{label} must be a positive int, got {value!r}.')
-  if not temperature >= 0:
-    raise ValueError(f'distill_data.temperature must be >= 0 (0 = greedy), got {temperature!r}.')
+  if not temperature >= 0 or not math.isfinite(temperature):
+    raise ValueError(f'distill_data.temperature must be >= 0 and finite (0 = greedy), got '
+                     f'{temperature!r}.')
+  seed = sampling.check_seed('distill_data.seed', seed)
+  out = pathlib.Path(output_path)  # both files checked before the model is even loaded
+  atomic.destination(out, 'distill_data.output_path')
+  atomic.destination(out.with_name(out.name + '.summary.json'),
+                     'the summary beside distill_data.output_path')
   run = pathlib.Path(target_run)
   t0 = time.time()
   try:
@@ -110,7 +120,6 @@ def distill_data(target_run: str = gin.REQUIRED,
   except (ValueError, FileNotFoundError) as e:  # inside the run: not a configuration error
     done = sum(x is not None for x in ids)
     raise RuntimeError(f'distill_data failed after {done} of {len(ids)} sentences: {e}') from e
-  out = pathlib.Path(output_path)
   atomic.write_text(out, ''.join(' '.join(map(str, x)) + '\n' for x in ids))
   summary = dict(target_run=str(target_run), split=split, sentences=len(ids),
                  mean_tokens=sum(len(x) for x in ids) / max(len(ids), 1),

@@ -22,7 +22,8 @@ Modes (`train.mode`):
 
 Everything runs under `run_dir`: `config.json` (the T5Config), `train_state_<step>.msgpack`
 (params, optimizer state and data position, written every `checkpoint_every_steps`, the
-last `keep_checkpoints` kept; a restarted run resumes from the newest), `params.msgpack`
+last `keep_checkpoints` ≥ 1 kept; a restarted run resumes from the newest intact one, a
+damaged newer one skipped with a warning), `params.msgpack`
 (final float32 params, flax msgpack) and `train_log.jsonl`. Training stops after
 `max_steps` steps or `max_minutes` minutes of wall time (compilation included),
 whichever comes first.
@@ -47,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
+from specdec_jax.decoding import sampling
 from specdec_jax.util import atomic
 from specdec_jax.train import data as data_lib
 from specdec_jax.util import flags
@@ -214,8 +216,17 @@ def train(run_dir: str = gin.REQUIRED,
   decoder_only = None
   if fam == 'decoder_only':
     decoder_only = 'prefix_lm' if inputs_bidirectional_attention else 'causal'
+  seed = sampling.check_seed('train.seed', seed)
+  for name, value in (('keep_checkpoints', keep_checkpoints),
+                      ('checkpoint_every_steps', checkpoint_every_steps)):
+    sampling.check_int(f'train.{name} (at least one resumable train state is kept)'
+                       if name == 'keep_checkpoints' else f'train.{name}', value, 1)
   run_dir = pathlib.Path(run_dir)
-  run_dir.mkdir(parents=True, exist_ok=True)
+  if run_dir.exists() and not run_dir.is_dir():
+    raise ValueError(f'train.run_dir {str(run_dir)!r} is a file; name a folder.')
+  # The folder is made by the first file written (atomic writes make their folder), after
+  # every setting, the vocabulary, the data and any teacher were found: a failed start
+  # leaves no empty run folder behind.
 
   processor = vocabulary.load_processor(vocab_path)
   if processor.vocab_size() + vocabulary.DEFAULT_EXTRA_IDS > model_config.vocab_size:
@@ -280,11 +291,6 @@ def train(run_dir: str = gin.REQUIRED,
                        f'({e}); use a new run_dir or the config it was started with.') from e
     print(f'Resumed from step {int(state.step)} (epoch {position["epoch"]}, '
           f'batch {position["batch"]}).', flush=True)
-  atomic.write_text(run_dir / 'config.json', json.dumps(config_to_dict(model_config), indent=2))
-  try:
-    atomic.write_text(run_dir / 'operative_config.gin', gin.operative_config_str())
-  except Exception:  # pylint: disable=broad-except  (gin not configured: library use)
-    pass
 
   def checkpoint():
     save_train_state(run_dir, state, dict(
@@ -296,13 +302,18 @@ def train(run_dir: str = gin.REQUIRED,
   train_step = make_train_step(model, opt, mode=mode, label_smoothing=label_smoothing,
                                kd_weight=kd_weight, tv_weight=tv_weight, teacher=teacher,
                                unlikelihood_weight=unlikelihood_weight)
-  log_file = open(run_dir / 'train_log.jsonl', 'a')
   dev_eval = None
   if eval_every_steps:
     dev_eval = _DevEval(model_config, processor, eval_split, eval_examples, data_dir,
                         teacher, teacher_params,
                         (source_suffix, target_suffix), input_prefix,
                         inputs_bidirectional_attention)
+  atomic.write_text(run_dir / 'config.json', json.dumps(config_to_dict(model_config), indent=2))
+  try:
+    atomic.write_text(run_dir / 'operative_config.gin', gin.operative_config_str())
+  except Exception:  # pylint: disable=broad-except  (gin not configured: library use)
+    pass
+  log_file = open(run_dir / 'train_log.jsonl', 'a')
 
   def evaluate(step):
     if dev_eval is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import warnings
 
 import flax
 import jax
@@ -101,20 +102,48 @@ def _checkpoints(run_dir: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
 
 
 def save_train_state(run_dir: pathlib.Path, state, position: dict, keep: int):
-  """Writes `train_state_<step>.msgpack` (state + data position); keeps the newest `keep`."""
+  """Writes `train_state_<step>.msgpack` (state + data position); keeps the newest `keep`.
+
+  The file just written is never deleted (`keep` below 1 counts as 1), so an interrupted
+  run can always resume.
+  """
   step = int(state.step)
   blob = {'state': flax.serialization.to_state_dict(jax.device_get(state)), 'position': position}
   atomic.write_bytes(run_dir / f'train_state_{step}.msgpack',
                      flax.serialization.msgpack_serialize(blob))
-  for _, old in _checkpoints(run_dir)[:max(0, len(_checkpoints(run_dir)) - keep)]:
+  found = _checkpoints(run_dir)
+  for _, old in found[:max(0, len(found) - max(1, keep))]:
     old.unlink(missing_ok=True)
 
 
 def restore_train_state(run_dir: pathlib.Path, template):
-  """(state like `template`, data position) from the newest train_state file, or None."""
+  """(state like `template`, data position) from the newest intact train_state file, or None.
+
+  A newer file that cannot be read (truncated or damaged: msgpack fails, or its tree does
+  not fit `template`) is skipped for the one before it, with a warning naming it; it is
+  left on disk. When no file is intact, the newest one's error is raised.
+
+  Raises:
+    ValueError: every train_state file is damaged, naming the newest and the fix.
+  """
   ckpts = _checkpoints(run_dir)
   if not ckpts:
     return None
-  blob = flax.serialization.msgpack_restore(ckpts[-1][1].read_bytes())
-  state = flax.serialization.from_state_dict(template, blob['state'])
-  return state, {k: int(v) for k, v in blob['position'].items()}
+  errors = []
+  for step, path in reversed(ckpts):
+    try:
+      blob = flax.serialization.msgpack_restore(path.read_bytes())
+      state = flax.serialization.from_state_dict(template, blob['state'])
+      position = {k: int(v) for k, v in blob['position'].items()}
+    except (ValueError, KeyError, TypeError) as e:  # msgpack's "incomplete input", wrong tree
+      errors.append((path, e))
+      continue
+    if errors:
+      warnings.warn('train: skipped damaged train state(s) '
+                    + ', '.join(f'{p.name} ({str(e).splitlines()[0][:80]})' for p, e in errors)
+                    + f'; resuming from {path.name} (step {step}).', stacklevel=2)
+    return state, position
+  path, e = errors[0]
+  raise ValueError(f'train.run_dir {str(run_dir)!r}: no train state can be read; the newest, '
+                   f'{path.name}, fails with: {e}. Move the damaged files away to start over, '
+                   'or use a new run_dir.') from e

@@ -4,7 +4,9 @@ Every writer goes through a temporary file in the destination's folder, created 
 the permissions the umask gives new files (0644 under the usual 022, as `open()`
 would; `mkstemp` alone makes 0600), renamed into place only once complete; any
 failure — an exception, Ctrl-C — removes the temporary file, so no reader ever sees
-a half-written output.
+a half-written output. A symlinked destination is written through (its target is
+replaced, the link kept); a destination that is a folder or a special file is refused
+with a ValueError before anything is written (`destination`).
 """
 
 from __future__ import annotations
@@ -22,11 +24,39 @@ def umask() -> int:
   return mask
 
 
+def destination(path: str | os.PathLike, name: str | None = None) -> pathlib.Path:
+  """The file that writing `path` replaces: a symlink's final target, else `path` itself.
+
+  Writes go *through* a symlink (the link stays, its target gets the new contents), as
+  `open(path, 'w')` would; a dangling link's target is created.
+
+  Args:
+    path: the destination as given.
+    name: the setting that named it (e.g. 'decode.output_path'), for the message.
+  Raises:
+    ValueError: the destination exists and is not a regular file (a folder, a FIFO, a
+      device, a socket): naming `name` and the path, before anything is written.
+  """
+  p = pathlib.Path(path).expanduser()
+  if p.is_symlink():
+    p = pathlib.Path(os.path.realpath(p))
+  if p.exists() and not p.is_file():
+    kind = 'a folder' if p.is_dir() else 'not a regular file (a FIFO, device or socket)'
+    label = f'{name} ' if name else ''
+    raise ValueError(f'Cannot write {label}{str(path)!r}: it is {kind}; name a file path.')
+  return p
+
+
+def commit(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
+  """Renames the finished temporary file `tmp` to `path`'s `destination`."""
+  os.replace(tmp, destination(path))
+
+
 def temp_path(path: str | os.PathLike) -> pathlib.Path:
   """A new empty temporary file beside `path` (mode 0666 & ~umask), keeping its
   extension last (`.name.<random>.tmp.png`) so writers that infer the format from the
   name (matplotlib) still do."""
-  path = pathlib.Path(path)
+  path = destination(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.',
                              suffix='.tmp' + path.suffix)
@@ -48,7 +78,7 @@ def write_with(path: str | os.PathLike, write: Callable[[str], None]) -> None:
   tmp = temp_path(path)
   try:
     write(str(tmp))
-    os.replace(tmp, path)
+    commit(tmp, path)
   except BaseException:
     tmp.unlink(missing_ok=True)
     raise
@@ -66,7 +96,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 def open_text(path: str | os.PathLike) -> tuple[IO[str], pathlib.Path]:
   """`(open UTF-8 text file, its temporary path)` for streaming writes; the caller
-  closes it, then `os.replace(tmp, path)` — or unlinks `tmp` on failure."""
+  closes it, then `commit(tmp, path)` — or unlinks `tmp` on failure."""
   tmp = temp_path(path)
   try:
     return open(tmp, 'w', encoding='utf-8'), tmp  # pylint: disable=consider-using-with
