@@ -25,6 +25,7 @@ from specdec_jax import generate
 from specdec_jax.interop.t5x import gin_registry as gin_utils  # noqa: F401  (registers network.*, models.*, ...)
 from specdec_jax.models import t5
 from specdec_jax.models.config import PRESETS
+from specdec_jax.interop.t5x.base import HAS_T5X
 from specdec_jax.interop.t5x.model import SpeculativeEncoderDecoderModel
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -36,9 +37,11 @@ def _tiny_t5x() -> pathlib.Path:
   """T5X's test checkpoint in the shared data (`$SPECDEC_DATA`, else ../shared/data)."""
   from specdec_jax.util import paths  # pylint: disable=g-import-not-at-top
   try:
-    return paths.data_dir() / 't5x_checkpoints' / 'test_t5_tiny.checkpoint_0'
+    root = paths.data_dir()
   except FileNotFoundError:  # no data folder: the tests that need it are skipped
-    return REPO.parent / 'shared' / 'data' / 't5x_checkpoints' / 'test_t5_tiny.checkpoint_0'
+    env = os.environ.get('SPECDEC_DATA')
+    root = pathlib.Path(env).expanduser() if env else paths.REPO_ROOT.parent / 'shared' / 'data'
+  return root / 't5x_checkpoints' / 'test_t5_tiny.checkpoint_0'
 
 
 TINY_T5X = _tiny_t5x()
@@ -170,6 +173,12 @@ def test_decoder_params_errors(pair, model):
     model.predict_batch_with_aux(pair.params, {'encoder_input_tokens': ENC})
 
 
+def _metric(value) -> float:
+  """A loss metric's value: a float scalar (standalone class) or, with t5x importable, a
+  CLU metric of T5X's `compute_base_metrics` (its `compute()`)."""
+  return float(value.compute() if hasattr(value, 'compute') else value)
+
+
 def test_score_batch_and_loss(pair, model):
   batch = t5x_batch()
   logits = jax.jit(pair.model.apply, static_argnames='enable_dropout')(
@@ -196,8 +205,21 @@ def test_score_batch_and_loss(pair, model):
   # Without smoothing / z-loss the training loss is minus the summed scores.
   loss, metrics = model.loss_fn(pair.params, batch, None)
   np.testing.assert_allclose(loss, -expected.sum(), rtol=1e-5)
-  assert set(metrics) >= {'loss', 'z_loss', 'cross_ent_loss', 'accuracy', 'weight_sum'}
-  assert float(metrics['weight_sum']) == batch['decoder_loss_weights'].sum()
+  assert set(metrics) >= {'loss', 'z_loss', 'cross_ent_loss', 'accuracy',
+                          'loss_per_nonpadding_target_token'}
+  weight_sum = batch['decoder_loss_weights'].sum()
+  if HAS_T5X:  # T5X's loss_fn: CLU metrics; the weight sum is the per-token average's count
+    assert float(metrics['loss_per_nonpadding_target_token'].count) == weight_sum
+  else:  # the standalone class: float scalars, with the weight sum as its own metric
+    assert float(metrics['weight_sum']) == weight_sum
+  np.testing.assert_allclose(_metric(metrics['loss']), -expected.sum(), rtol=1e-5)
+  np.testing.assert_allclose(_metric(metrics['cross_ent_loss']), -expected.sum(), rtol=1e-5)
+  np.testing.assert_allclose(_metric(metrics['z_loss']), 0.0, atol=1e-6)
+  np.testing.assert_allclose(_metric(metrics['loss_per_nonpadding_target_token']),
+                             -expected.sum() / weight_sum, rtol=1e-5)
+  mask = batch['decoder_loss_weights'] > 0
+  hits = np.argmax(lp, -1) == batch['decoder_target_tokens']
+  np.testing.assert_allclose(_metric(metrics['accuracy']), hits[mask].mean(), rtol=1e-6)
   # With label smoothing and z-loss (T5X semantics: smoothed targets, minus their
   # entropy constant, plus z_loss * logsumexp(logits)^2, weighted sum).
   ls, zl = 0.1, 1e-4
@@ -211,7 +233,8 @@ def test_score_batch_and_loss(pair, model):
   w = batch['decoder_loss_weights']
   expected_s = np.sum((-np.sum(soft * lp, -1) - const + zl * log_z ** 2) * w)
   np.testing.assert_allclose(loss_s, expected_s, rtol=1e-4)
-  np.testing.assert_allclose(metrics_s['z_loss'], np.sum(zl * log_z ** 2 * w), rtol=1e-4)
+  np.testing.assert_allclose(_metric(metrics_s['z_loss']), np.sum(zl * log_z ** 2 * w),
+                             rtol=1e-4)
   with pytest.raises(ValueError, match='Packed'):
     model.score_batch(pair.params, dict(batch, decoder_segment_ids=np.ones((3, MAX_LEN))))
 
