@@ -80,3 +80,31 @@ def test_decoder_only_demo_pair_on_multi30k(tmp_path):
   assert spec['bleu'] >= DO_BLEU_FLOOR, spec
   assert spec['tokens_per_target_call'] >= DO_TOKENS_PER_CALL_FLOOR, spec
   assert spec['suppress_ids'] == [2, [8000, 8191]]
+
+
+@pytest.mark.skipif(not (DECODER_ONLY / 'draft').is_dir(),
+                    reason='decoder-only demo pair not shipped')
+def test_decoder_only_t5x_model_gin_decodes_as_the_pair_folder(tmp_path):
+  """The decode job takes the decoder-only pair's T5X model gin (MODEL =
+  @models.SpeculativeDecoderOnlyModel(), prefix LM from its INPUTS_BIDIRECTIONAL_ATTENTION):
+  the same predictions and target calls as the pair folder, on 20 test sentences."""
+  common = ["--gin.decode.task_name='specdec_ende_multi30k'", "--gin.decode.task_split='test'",
+            '--gin.decode.max_examples=20', '--gin.decode.batch_size=10',
+            "--gin.decode.checkpoint_dtype='float32'"]
+  runs = {}
+  for name, files in (
+      ('pair', ['--gin_file=configs/runs/decode.gin',
+                "--gin.decode.pair_dir='demo_ende_decoder_only'", '--gin.decode.gamma=4']),
+      ('gin', ['--gin_file=specdec_jax/configs/t5x/demo_ende_decoder_only.gin',
+               "--gin.CHECKPOINT_PATH='specdec_jax/assets/demo_ende_decoder_only/target/"
+               "checkpoint_1391'"])):
+    out = tmp_path / f'{name}.jsonl'
+    summary = decode.run(files + common + [f"--gin.decode.output_path='{out}'"])
+    runs[name] = ([json.loads(line) for line in out.read_text().splitlines()], summary)
+  (pair_rows, pair), (gin_rows, gin_summary) = runs['pair'], runs['gin']
+  assert [r['prediction'] for r in gin_rows] == [r['prediction'] for r in pair_rows]
+  assert [r['target_calls'] for r in gin_rows] == [r['target_calls'] for r in pair_rows]
+  assert gin_summary['method'] == 'speculative' and gin_summary['alpha'] > 0.5
+  assert gin_summary['family'] == pair['family'] == 'decoder_only'
+  assert gin_summary['inputs_bidirectional_attention'] is True  # the gin's prefix LM
+  assert pair['inputs_bidirectional_attention'] is True

@@ -172,6 +172,10 @@ def run_decode(p: Prepared) -> dict:
         'output': str(p.output_path),
         'method': s['method'],
         'pair': p.pair.name,
+        'family': 'encoder_decoder' if hasattr(p.target_model, 'encode') else 'decoder_only',
+        # decoder-only: the prompt's mask (prefix LM or causal); None for T5
+        'inputs_bidirectional_attention': (None if hasattr(p.target_model, 'encode')
+                                           else bool(p.pair.inputs_bidirectional_attention)),
         'target_checkpoint': p.pair.target_checkpoint,
         'draft_checkpoint': p.pair.draft_checkpoint if speculative else None,
         'drafter': s.get('drafter', 'model') if speculative else None,

@@ -13,6 +13,11 @@ exactly as `t5x.infer` would and takes from it:
 | `MODEL.input_vocabulary` / `output_vocabulary` (`VOCABULARY`) | tokenizer / detokenizer |
 | `MODEL.gamma` (`GAMMA`), `temperature` (`TEMPERATURE`), `topk`, `topp`, `eos_id`, `verification` | decoding |
 | `MODEL.decode_fn` (below) | `decode.method` |
+| `MODEL.inputs_bidirectional_attention` (decoder-only) | the prompt's mask (prefix LM) |
+
+`MODEL` is `models.SpeculativeEncoderDecoderModel` (T5) or
+`models.SpeculativeDecoderOnlyModel` (T5X's decoder-only family: each input is the
+prompt, prefilled in one call, as with a decoder-only pair folder).
 
 `decode_fn` unset or `@specdec_jax.t5x_decoding.speculative_sample` is speculative
 decoding, `@specdec_jax.t5x_decoding.temperature_sample` the target alone (baseline).
@@ -23,8 +28,8 @@ accepted, and so are the bindings of T5X's own machinery the model gin includes
 (`T5X_MACHINERY`: T5X's optimizer and `utils.RestoreCheckpointConfig`, skipped when
 t5x is not installed — `OPTIMIZER` is then None —, and the restore hook
 `t5x_restore.add_draft_params`, which gets `DRAFT_CHECKPOINT` as the job does).
-Anything else the job cannot honour is an error (exit 2): a `MODEL` that is not
-`models.SpeculativeEncoderDecoderModel`, a `decode_fn` other than the two above
+Anything else the job cannot honour is an error (exit 2): a `MODEL` that is neither
+of our two model classes, a `decode_fn` other than the two above
 (or a `functools.partial` of one), a draft given as a params tree instead of a
 path, `default_decoder_params`, `rescale_log_probs` or `feature_converter_cls` bound
 (the job writes no scores and tokenizes itself), and `decode.*` bindings that
@@ -52,6 +57,8 @@ import gin
 from specdec_jax.decode import pair as pair_lib
 
 MODEL_SELECTOR = 'models.SpeculativeEncoderDecoderModel'
+DECODER_ONLY_SELECTOR = 'models.SpeculativeDecoderOnlyModel'
+MODEL_SELECTORS = (MODEL_SELECTOR, DECODER_ONLY_SELECTOR)
 # Configurables of T5X itself that the T5X model gins bind (T5X's optimizer and restore
 # config, `specdec_jax/configs/t5x/{adafactor,restore_draft}.gin`): skipped when t5x is
 # not installed (gin's skip_unknown); they serve t5x.train / t5x.infer, not decoding.
@@ -65,6 +72,8 @@ HONOURED = frozenset({'module', 'draft_module', 'input_vocabulary', 'output_voca
                       'draft_params', 'draft_checkpoint', 'draft_params_dtype', 'gamma',
                       'temperature', 'topk', 'topp', 'eos_id', 'decode_fn',
                       'draft_vocabulary', 'verification'})
+# SpeculativeDecoderOnlyModel's own: the prefix-LM flag (the pair's prompt mask).
+HONOURED_DECODER_ONLY = HONOURED | {'inputs_bidirectional_attention', 'vocabulary'}
 # MODEL's training settings: decoding does not use them (nor does t5x.infer).
 NOT_FOR_DECODING = frozenset({'optimizer_def', 'z_loss', 'label_smoothing',
                               'loss_normalizing_factor'})
@@ -161,15 +170,19 @@ def read_model_gin(decode_bindings: Optional[dict] = None) -> ModelGin:
   bound = _decode_bound() if decode_bindings is None else decode_bindings
   ref = macro('MODEL')
   if not (isinstance(ref, gin.config.ConfigurableReference) and ref.evaluate
-          and ref.configurable.selector == MODEL_SELECTOR):
+          and ref.configurable.selector in MODEL_SELECTORS):
     raise ValueError(f'MODEL = {ref!r} cannot be run by the decode job: it decodes with '
                      f'{MODEL_SELECTOR} (MODEL = @{MODEL_SELECTOR}(), e.g. '
-                     'specdec_jax/configs/t5x/speculative_model.gin) or a pair folder / decode.* '
-                     'bindings (configs/runs/decode.gin).')
+                     'specdec_jax/configs/t5x/speculative_model.gin) or '
+                     f'{DECODER_ONLY_SELECTOR} (specdec_jax/configs/t5x/'
+                     'speculative_decoder_only.gin), or a pair folder / decode.* bindings '
+                     '(configs/runs/decode.gin).')
+  selector = ref.configurable.selector
+  decoder_only = selector == DECODER_ONLY_SELECTOR
   twice = [k for k in DESCRIBED_BY_MODEL if k in bound]
   if twice:
     alt = ', '.join(f'decode.{k} → {_MACRO_FOR[k]}' if k in _MACRO_FOR else
-                    f'decode.{k} → --gin.{MODEL_SELECTOR}.{k}=...' for k in twice)
+                    f'decode.{k} → --gin.{selector}.{k}=...' for k in twice)
     raise ValueError(
         'The T5X model gin (MODEL) describes the model pair and its decoding, but '
         f'{", ".join("decode." + k for k in twice)} {"is" if len(twice) == 1 else "are"} '
@@ -177,10 +190,11 @@ def read_model_gin(decode_bindings: Optional[dict] = None) -> ModelGin:
         'those bindings / files and set the T5X macros (or MODEL\'s parameters) instead'
         + (f' ({alt})' if alt else '') + '.')
   params = dict(gin.get_bindings(ref.scoped_selector, resolve_references=False))
-  unknown = sorted(set(params) - HONOURED - NOT_FOR_DECODING)
+  honoured = HONOURED_DECODER_ONLY if decoder_only else HONOURED
+  unknown = sorted(set(params) - honoured - NOT_FOR_DECODING)
   if unknown:
     raise ValueError(
-        f'{", ".join(f"{MODEL_SELECTOR}.{k}" for k in unknown)}: bound in the T5X model gin '
+        f'{", ".join(f"{selector}.{k}" for k in unknown)}: bound in the T5X model gin '
         'but not used by the decode job (it writes no scores and tokenizes its inputs '
         'itself); remove the binding(s) or run t5x.infer.')
   target_checkpoint = _resolve(macro('CHECKPOINT_PATH', None))
@@ -194,18 +208,18 @@ def read_model_gin(decode_bindings: Optional[dict] = None) -> ModelGin:
     draft = _resolve(macro('DRAFT_CHECKPOINT', None))
   if not isinstance(draft, (str, os.PathLike)):
     raise ValueError(
-        f'{MODEL_SELECTOR}.draft_params (DRAFT_CHECKPOINT) must be the draft\'s T5X '
+        f'{selector}.draft_params (DRAFT_CHECKPOINT) must be the draft\'s T5X '
         f'checkpoint path for the decode job, got {draft!r}; bind '
         "--gin.DRAFT_CHECKPOINT=\"'/path/to/draft/checkpoint_<step>'\".")
   draft_dtype = pair_lib._dtype(  # pylint: disable=protected-access
-      _resolve(params.get('draft_params_dtype')), f'{MODEL_SELECTOR}.draft_params_dtype')
+      _resolve(params.get('draft_params_dtype')), f'{selector}.draft_params_dtype')
   from specdec_jax.text import vocabulary  # pylint: disable=g-import-not-at-top
   vocabulary.import_seqio()  # Before gin builds the vocabulary: TensorFlow's start-up noise.
   try:
     model = gin.get_configurable('MODEL/gin.macro')()
   except (ValueError, TypeError, FileNotFoundError, KeyError) as e:
     from specdec_jax.util import flags  # pylint: disable=g-import-not-at-top
-    raise ValueError(f'The T5X model gin (MODEL = @{MODEL_SELECTOR}()) cannot be built: '
+    raise ValueError(f'The T5X model gin (MODEL = @{selector}()) cannot be built: '
                      f'{flags.clean_message(e)}') from e
   method = _method(model, bound.get('method'))
   vocab = model.output_vocabulary
@@ -216,7 +230,9 @@ def read_model_gin(decode_bindings: Optional[dict] = None) -> ModelGin:
       draft_checkpoint=pair_lib.resolve_path(draft),
       vocab_path=str(getattr(vocab, 'sentencepiece_model_file', None) or vocab),
       vocabulary=vocab, input_vocabulary=model.input_vocabulary,
-      eos_id=int(getattr(model, 'eos_id', vocab.eos_id)), draft_dtype=draft_dtype)
+      eos_id=int(getattr(model, 'eos_id', vocab.eos_id)), draft_dtype=draft_dtype,
+      inputs_bidirectional_attention=(bool(model.inputs_bidirectional_attention)
+                                      if decoder_only else None))
   return ModelGin(pair=pair, gamma=model.gamma, temperature=model.temperature,
                   topk=getattr(model, 'topk', 0), topp=getattr(model, 'topp', 0.0),
                   method=method, model=model,
