@@ -303,3 +303,20 @@ def test_baseline_rows_with_their_own_keys_do_not_depend_on_the_batch(pair, samp
   one_moved, _ = generate.t5_generate(pair.model, pair.params, ENC[::-1], 8,
                                       decode_rng=jax.random.PRNGKey(5), **kw)
   assert not np.array_equal(np.asarray(one_moved)[::-1], one_full)
+
+
+def test_hf_export_and_import_refuse_non_finite_params(pair, tmp_path):
+  from specdec_jax.interop.hf import t5 as hf_t5
+  bad = jax.tree.map(np.asarray, pair.params)
+  bad['decoder']['decoder_norm']['scale'] = bad['decoder']['decoder_norm']['scale'].copy()
+  bad['decoder']['decoder_norm']['scale'][3] = np.nan
+  with pytest.raises(checkpoints.NonFiniteParams, match='decoder/decoder_norm/scale'):
+    hf_t5.export_hf_t5(bad, pair.config, tmp_path / 'hf')
+  assert not (tmp_path / 'hf' / 'model.safetensors').exists()  # refused before writing
+  hf_t5.export_hf_t5(pair.params, pair.config, tmp_path / 'hf')
+  from safetensors.numpy import load_file, save_file
+  tensors = load_file(str(tmp_path / 'hf' / 'model.safetensors'))
+  tensors['shared.weight'][0, 0] = np.inf
+  save_file(tensors, str(tmp_path / 'hf' / 'model.safetensors'))
+  with pytest.raises(checkpoints.NonFiniteParams, match='token_embedder/embedding'):
+    hf_t5.import_hf_t5(tmp_path / 'hf', pair.config)

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
 
+from specdec_jax import checkpoints
 from specdec_jax.util import atomic
 from specdec_jax.interop.hf import accounting
 from specdec_jax.interop.hf.accounting import HFImportAccounting
@@ -107,7 +108,7 @@ def import_hf_t5(path_or_state_dict, config=None, dtype=jnp.float32, *,
       together (e.g. `encoder.embed_tokens.weight` and
       `decoder.embed_tokens.weight` that differ, or an `lm_head.weight` that
       differs from the embedding under a tied config), naming both keys and what
-      differs.
+      differs; `checkpoints.NonFiniteParams` when a tensor holds NaN or Inf.
   """
   folder = None
   if isinstance(path_or_state_dict, (str, os.PathLike)):
@@ -139,6 +140,7 @@ def import_hf_t5(path_or_state_dict, config=None, dtype=jnp.float32, *,
     flat[path] = np.ascontiguousarray((value.T if transpose else value).astype(dtype))
   params = flax.traverse_util.unflatten_dict(flat)
   t5.check_params(params, config)
+  checkpoints.check_finite(params, f'The Hugging Face checkpoint {folder or "(state dict)"!r}')
   return (params, acc) if with_accounting else params
 
 
@@ -180,12 +182,13 @@ def export_hf_t5(params: PyTree, config: T5Config, out_dir: str | os.PathLike,
   Raises:
     ValueError: before writing anything: every param missing, without an HF key,
       not an array or of another shape than `config`'s (all named), or
-      activations HF lacks.
+      activations HF lacks; `checkpoints.NonFiniteParams` for NaN / Inf params.
   """
   hf_cfg = hf_config_dict(config)
   flat = {tuple(str(getattr(k, 'key', k)) for k in p): v
           for p, v in jax.tree_util.tree_flatten_with_path(params)[0]}
   layout = accounting.account_export(flat, config)
+  checkpoints.check_finite(params, 'The params given to export_hf_t5')  # before writing
   tensors = {}
   for hf_name, path, transpose in layout:
     value = np.asarray(jax.device_get(flat[path]))
