@@ -420,7 +420,8 @@ def decoder_only_pair(tmp_path_factory):
 
 def test_decode_job_on_a_decoder_only_pair(decoder_only_pair, tmp_path, capsys):
   """Baseline and speculative (model, lookup) predictions are identical at T = 0, and
-  equal `decoder_only_generate` on the same prompts (prefix LM from pair.json)."""
+  equal `decoder_only_generate` on the same prompts (prefix LM from pair.json); with
+  `decode.mesh_shape` the speculative rows are unchanged."""
   import json
   from specdec_jax import decode as decode_lib
   from specdec_jax import checkpoints
@@ -436,13 +437,19 @@ def test_decode_job_on_a_decoder_only_pair(decoder_only_pair, tmp_path, capsys):
 
   rows = {}
   for name, bindings in (('base', ["decode.method='baseline'"]), ('model', ['decode.gamma=3']),
-                         ('lookup', ["decode.drafter='lookup'", 'decode.gamma=3'])):
+                         ('lookup', ["decode.drafter='lookup'", 'decode.gamma=3']),
+                         ('mesh', ['decode.gamma=3', 'decode.mesh_shape=(1, 1)'])):
     out = tmp_path / f'{name}.jsonl'
     rc = run(out, *bindings)
     assert rc == 0, capsys.readouterr().err
     rows[name] = [json.loads(x) for x in out.read_text().splitlines()]
   preds = {k: [r['prediction'] for r in v] for k, v in rows.items()}
   assert preds['model'] == preds['base'] == preds['lookup']
+  # On a mesh (here the one-device (1, 1) mesh; tests/sharded runs 8 devices): the same
+  # rows, the sharded path taken (params placed, batch padded and gathered).
+  assert rows['mesh'] == rows['model']
+  summary = json.loads((tmp_path / 'mesh.jsonl.summary.json').read_text())
+  assert summary['sharding']['mesh_shape'] == {'data': 1, 'model': 1}
   # The job's baseline is decoder_only_generate on the tokenized inputs (prefix LM).
   vocab = vocabulary.load_vocabulary(str(root / 'vocab'))
   cfg = from_dict(json.loads((root / 'pair.json').read_text())['target_config'])
@@ -469,8 +476,12 @@ def test_readme_decoder_only_example_runs():
 def test_benchmark_quick_on_a_decoder_only_pair(decoder_only_pair, tmp_path):
   """The benchmark runs a decoder-only pair (prefill as its 'encoder' cost), identical
   greedy outputs for the model and the lookup drafter."""
+  import gin
   from specdec_jax import decode as decode_lib
-  from specdec_jax.benchmark import job as bench
+  # A decode job run earlier in this process (test_decode_job_on_a_decoder_only_pair)
+  # leaves gin's config locked; importing the benchmark registers its configurable.
+  with gin.unlock_config():
+    from specdec_jax.benchmark import job as bench
   root, inputs = decoder_only_pair
   out = tmp_path / 'bench'
   decode_lib.parse_gin(['configs/runs/benchmark.gin'], [

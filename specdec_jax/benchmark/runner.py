@@ -28,12 +28,14 @@ def ratio(a, b) -> float:
   return float(a) / float(b) if b else float('nan')
 
 
-def read_sentences(path, n: int) -> list[inputs_lib.Record]:
-  """The first `n` lines of a text file (relative paths: under the shared data folder)."""
+def read_sentences(path, n: int, binding: str = 'benchmark.datasets'
+                   ) -> list[inputs_lib.Record]:
+  """The first `n` lines of a text file (relative paths: under the shared data folder);
+  errors name `binding`."""
   p = pathlib.Path(path)
   if not p.is_absolute() and not p.exists():
     p = paths.data_dir() / p
-  return inputs_lib.read_file(p, 'text')[:n]
+  return inputs_lib.read_file(p, 'text', binding=binding)[:n]
 
 
 def timed(fn):
@@ -138,7 +140,7 @@ class Runner:
     from specdec_jax import generate  # pylint: disable=g-import-not-at-top
     key = jax.random.fold_in(jax.random.PRNGKey(self.seed), i)
     kw = dict(eos_id=self.eos_id, temperature=self.temperature, decode_rng=key,
-              topk=self.topk, topp=self.topp)
+              topk=self.topk, topp=self.topp, sharding_plan=self.plan)
     if not hasattr(self.m.target_model, 'encode'):  # decoder-only: the input is the prompt
       kw['inputs_bidirectional_attention'] = self.inputs_bidirectional_attention
       if self.method == 'baseline':
@@ -150,7 +152,6 @@ class Runner:
           batch.tokens, self.max_decode_len, self.gamma, real_vocab_size=self.real_vocab_size,
           draft_policy=self.policy, verification=self.verification, drafter=self.drafter,
           ngram_table=self.ngram_table, lenience=self.lenience, **kw)
-    kw['sharding_plan'] = self.plan
     if self.method == 'baseline':
       return generate.t5_generate(self.m.target_model, self.m.target_params, batch.tokens,
                                   self.max_decode_len, sampler=self.sampler, **kw)

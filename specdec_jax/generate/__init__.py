@@ -12,7 +12,8 @@ call; this package binds a family's model to it, as one `jax.jit` per program:
 * `compile_cache`: JAX's persistent compilation cache for the jobs and the T5X model class.
 
 * `decoder_only`: `decoder_only_generate` and `decoder_only_speculative_generate` on
-  prompts (prefilled in one pass, T5X's `DecoderOnlyModel` semantics).
+  prompts (prefilled in one pass, T5X's `DecoderOnlyModel` semantics), one device or a
+  mesh (`sharding_plan=`).
 
 A new model family adds its module here, beside `t5` and `decoder_only`.
 """

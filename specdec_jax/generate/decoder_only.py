@@ -4,7 +4,10 @@
 with `temperature_sample`: prefill the prompt in one pass, decode from `initial_index`,
 remove the prefix); `decoder_only_speculative_generate` prefills target and draft with
 the same prompt and runs `speculative_sample` from the same index. Each is one `jax.jit`
-whose compilation is cached per (models, shapes, γ, static flags), as in `generate.t5`.
+whose compilation is cached per (models, shapes, γ, static flags), as in `generate.t5`;
+on one device, or with `sharding_plan=` on a `(data, model)` mesh as the T5 decoders
+(`specdec_jax.sharding.decode`: prompts and per-row keys split over `data`, params and
+cache heads over `model`; the same outputs as on one device).
 
 Prompts are int32 `[batch, P]`, right-padded with 0 (a row may be empty: unconditional
 generation). Internally a row is laid out as T5X lays out its decode inputs,
@@ -43,9 +46,9 @@ def check_prompts(prompts, max_decode_len, max_length=None) -> np.ndarray:
   if not isinstance(max_decode_len, int) or max_decode_len < 1:
     raise ValueError(f'max_decode_len (tokens generated after the prompt) must be an int '
                      f'>= 1, got {max_decode_len!r}.')
-  if jnp.ndim(prompts) != 2:
-    raise ValueError(f'prompts must be [batch, P] int (right-padded with 0), got shape '
-                     f'{jnp.shape(prompts)}.')
+  if jnp.ndim(prompts) != 2 or 0 in jnp.shape(prompts):
+    raise ValueError(f'prompts must be [batch, P] int (right-padded with 0) with batch >= 1 '
+                     f'and P >= 1, got shape {jnp.shape(prompts)}.')
   if max_length is not None and (not isinstance(max_length, int)
                                  or max_length <= jnp.shape(prompts)[1]):
     raise ValueError(f'max_length must be an int above the prompts\' width '
@@ -62,6 +65,15 @@ def check_prompts(prompts, max_decode_len, max_length=None) -> np.ndarray:
     raise ValueError('prompts have a 0 inside a prompt; 0 is padding: right-pad each '
                      'prompt with 0s and use no 0 id inside it.')
   return arr.astype(np.int32)
+
+
+def _check_host_prompts(prompts) -> None:
+  """ValueError for traced prompts with a `sharding_plan` (the sharded run pads and
+  places host arrays; inside a caller's jit, shard the inputs there instead)."""
+  if isinstance(prompts, jax.core.Tracer):
+    raise ValueError('sharding_plan needs host prompts (a numpy / jax array, not traced '
+                     'inside a jit); inside your own jit, pass no sharding_plan and give '
+                     'the jit in_shardings instead.')
 
 
 def layout(prompts, max_decode_len: int, max_length: Optional[int] = None):
@@ -99,16 +111,18 @@ def remove_prefix(decodes, prefix_lengths, length: int):
 @xla_options.jit(static_argnames=(
     'model', 'max_decode_len', 'eos_id', 'num_decodes', 'topk', 'topp', 'static_temperature',
     'rescale_log_probs', 'per_row_greedy', 'sampler', 'inputs_bidirectional_attention',
-    'max_length', 'suppress_ids'))
+    'max_length', 'suppress_ids', 'sharding_plan'))
 def _generate(model, params, prompts, decode_rng, temperature, *, topp, max_decode_len,
               eos_id, num_decodes, topk, static_temperature, rescale_log_probs,
               per_row_greedy=True, sampler='gumbel', inputs_bidirectional_attention=False,
-              max_length=None, suppress_ids=()):
+              max_length=None, suppress_ids=(), sharding_plan=None):
   prefill_inputs, loop_inputs = layout(prompts, max_decode_len, max_length)
   total = loop_inputs.shape[1]
   cache, m = decoder_only.prefill_cache(
       model, params, prefill_inputs, total,
       inputs_bidirectional_attention=inputs_bidirectional_attention)
+  if sharding_plan is not None:
+    cache = sharding_plan.constrain_cache(cache)
   decodes, log_probs = decoding.temperature_sample(
       loop_inputs, cache,
       decoding.tokens_to_logits_from_step_fn(decoder_only.make_step_fn(model, params)),
@@ -126,7 +140,7 @@ def decoder_only_generate(model: decoder_only.DecoderOnlyTransformer, params, pr
                           decode_rng=None, rescale_log_probs: bool = True,
                           inputs_bidirectional_attention: bool = False,
                           sampler: str = 'gumbel', max_length: Optional[int] = None,
-                          suppress_ids=()):
+                          suppress_ids=(), sharding_plan=None):
   """Baseline decoding of a decoder-only model: prefill, then one call per token.
 
   T5X's `DecoderOnlyModel.predict_batch_with_aux` with `decoding.temperature_sample`:
@@ -144,6 +158,11 @@ def decoder_only_generate(model: decoder_only.DecoderOnlyTransformer, params, pr
       share `max_length` positions (T5X's `max_decode_length`, the feature length), so a
       row with m prompt tokens generates at most min(max_length − m, max_decode_len)
       tokens, and the decodes have `max_length` positions; it must exceed P.
+    sharding_plan: optional `specdec_jax.sharding.ShardingPlan`: decode on its mesh, as
+      `t5_generate` does (params placed from their T5X logical axes, the prompts padded
+      to the data axis and split over it, prefill and caches per data shard, cache heads
+      over `model`); the outputs are then host numpy arrays of the real rows, the same
+      as on one device (`specdec_jax.sharding.decode`).
     Other arguments as `decoding.temperature_sample` (topk defaults to 0 here).
   Returns:
     `(decodes [batch, num_decodes, max_decode_len or max_length] int32 (generated
@@ -158,43 +177,54 @@ def decoder_only_generate(model: decoder_only.DecoderOnlyTransformer, params, pr
   decoding._check_common(jnp.zeros((1, 1), jnp.int32), eos_id, num_decodes, temperature,
                          topk, topp, None)
   sampling.check_sampler(sampler)
-  suppress_ids = sampling.check_suppress_ids(suppress_ids, model.config.vocab_size)
+  suppress_ids = sampling.check_suppress_ids(suppress_ids, model.config.vocab_size, eos_id)
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)
   common.warn_host_params(params=params)
   common.warn_bf16_on_cpu(params=params)
+  static = dict(topp=float(topp), max_decode_len=max_decode_len, eos_id=eos_id,
+                num_decodes=num_decodes, topk=topk,
+                static_temperature=common.static_temperature(temperature),
+                rescale_log_probs=rescale_log_probs,
+                per_row_greedy=common.per_row_greedy(temperature), sampler=sampler,
+                inputs_bidirectional_attention=bool(inputs_bidirectional_attention),
+                max_length=max_length, suppress_ids=suppress_ids)
+  if sharding_plan is not None:
+    _check_host_prompts(prompts)
+    from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top
+    return sharded.decoder_only_generate(_generate, sharding_plan, model, params, prompts,
+                                         decode_rng, temperature, static)
   return _generate(model, params, jnp.asarray(prompts), decode_rng,
-                   jnp.asarray(temperature, jnp.float32), topp=float(topp),
-                   max_decode_len=max_decode_len, eos_id=eos_id, num_decodes=num_decodes,
-                   topk=topk, static_temperature=common.static_temperature(temperature),
-                   rescale_log_probs=rescale_log_probs,
-                   per_row_greedy=common.per_row_greedy(temperature), sampler=sampler,
-                   inputs_bidirectional_attention=bool(inputs_bidirectional_attention),
-                   max_length=max_length, suppress_ids=suppress_ids)
+                   jnp.asarray(temperature, jnp.float32), **static)
 
 
 @xla_options.jit(static_argnames=(
     'target_model', 'draft_model', 'max_decode_len', 'gamma', 'eos_id', 'num_decodes',
     'topk', 'topp', 'static_temperature', 'real_vocab_size', 'rescale_log_probs',
     'per_row_greedy', 'draft_policy', 'verification', 'drafter', 'lenience',
-    'inputs_bidirectional_attention', 'max_length', 'suppress_ids'))
+    'inputs_bidirectional_attention', 'max_length', 'suppress_ids', 'sharding_plan'))
 def _speculative_generate(target_model, target_params, draft_model, draft_params, prompts,
                           decode_rng, temperature, *, topp, max_decode_len, gamma, eos_id,
                           num_decodes, topk, static_temperature, real_vocab_size,
                           rescale_log_probs, per_row_greedy=True, draft_policy=None,
                           verification='token', drafter=None, lenience=1.0,
                           inputs_bidirectional_attention=False, max_length=None,
-                          lookup_source=None, ngram_table=None, suppress_ids=()):
+                          lookup_source=None, ngram_table=None, suppress_ids=(),
+                          sharding_plan=None):
   prefill_inputs, loop_inputs = layout(prompts, max_decode_len, max_length)
   length = common.cache_length(loop_inputs.shape[1], gamma)
   target_cache, m = decoder_only.prefill_cache(
       target_model, target_params, prefill_inputs, length,
       inputs_bidirectional_attention=inputs_bidirectional_attention)
+  if sharding_plan is not None:
+    target_cache = sharding_plan.constrain_cache(target_cache, 'target')
   draft_cache = draft_step = None
   if drafter is None or isinstance(drafter, drafters_lib.LookupThenModel):
     draft_cache, _ = decoder_only.prefill_cache(
         draft_model, draft_params, prefill_inputs, length,
         inputs_bidirectional_attention=inputs_bidirectional_attention)
+    if sharding_plan is not None:
+      draft_cache = sharding_plan.constrain_cache(draft_cache, 'draft')
     draft_step = decoder_only.make_step_fn(draft_model, draft_params)
   # The lookup searches the committed text, which holds the prompt; a source of padding
   # adds nothing unless the caller gives one.
@@ -225,7 +255,7 @@ def decoder_only_speculative_generate(
     draft_policy=None, verification: str = 'token', drafter='model', ngram_table=None,
     lookup_source=None, lenience: float = 1.0,
     inputs_bidirectional_attention: bool = False, max_length: Optional[int] = None,
-    suppress_ids=()):
+    suppress_ids=(), sharding_plan=None):
   """Speculative decoding of a decoder-only target (paper Algorithm 1), both models
   prefilled with the same prompt in one pass each.
 
@@ -246,6 +276,10 @@ def decoder_only_speculative_generate(
     suppress_ids: token ids the models may not emit (e.g. sentinels, the unknown piece):
       their logits are set to NEG_INF before standardization in the target and the
       draft model alike (`decoding.speculative_sample`); default none, as T5X.
+    sharding_plan: optional `specdec_jax.sharding.ShardingPlan`, as in
+      `decoder_only_generate`; the draft is replicated or sharded like the target
+      (`ShardingPlan.draft`). Every row keeps the key it has on one device, so outputs
+      do not depend on the mesh. `lookup_source` is not supported with it.
     Other arguments as `t5_speculative_generate`.
   Returns:
     `(decodes [batch, num_decodes, max_decode_len] int32 (generated tokens only),
@@ -262,26 +296,38 @@ def decoder_only_speculative_generate(
   gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
   accept.check_verification(verification)
   lenience = accept.check_lenience(lenience, verification)
-  suppress_ids = sampling.check_suppress_ids(suppress_ids, target_model.config.vocab_size)
+  suppress_ids = sampling.check_suppress_ids(suppress_ids, target_model.config.vocab_size,
+                                            eos_id)
   spec = common.resolve_drafter(drafter)
   uses_model, ngram_table, lookup_source = common.check_drafter_args(
       spec, target_model, draft_model, draft_params, ngram_table, lookup_source,
       prompts.shape[0], 'prompts', real_vocab_size)
+  if lookup_source is not None and sharding_plan is not None:
+    raise ValueError('lookup_source with a sharding_plan is not supported; the lookup '
+                     'searches the prompt and the text so far by default.')
   if not uses_model:
     draft_model = draft_params = None
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)
   common.warn_host_params(target_params=target_params, draft_params=draft_params)
   common.warn_bf16_on_cpu(target_params=target_params, draft_params=draft_params)
-  return _speculative_generate(
-      target_model, target_params, draft_model, draft_params, jnp.asarray(prompts),
-      decode_rng, jnp.asarray(temperature, jnp.float32), topp=float(topp),
-      max_decode_len=max_decode_len, gamma=gamma, eos_id=eos_id, num_decodes=num_decodes,
-      topk=topk, static_temperature=common.static_temperature(temperature),
+  static = dict(
+      topp=float(topp), max_decode_len=max_decode_len, gamma=gamma, eos_id=eos_id,
+      num_decodes=num_decodes, topk=topk,
+      static_temperature=common.static_temperature(temperature),
       real_vocab_size=real_vocab_size, rescale_log_probs=rescale_log_probs,
       per_row_greedy=common.per_row_greedy(temperature),
       draft_policy=policies.as_policy(draft_policy), verification=verification,
       drafter=spec, lenience=lenience,
       inputs_bidirectional_attention=bool(inputs_bidirectional_attention),
-      max_length=max_length, lookup_source=lookup_source, ngram_table=ngram_table,
-      suppress_ids=suppress_ids)
+      max_length=max_length, suppress_ids=suppress_ids)
+  traced = dict(lookup_source=lookup_source, ngram_table=ngram_table)
+  if sharding_plan is not None:
+    _check_host_prompts(prompts)
+    from specdec_jax.sharding import decode as sharded  # pylint: disable=g-import-not-at-top
+    return sharded.decoder_only_speculative_generate(
+        _speculative_generate, sharding_plan, target_model, target_params, draft_model,
+        draft_params, prompts, decode_rng, temperature, static, traced)
+  return _speculative_generate(
+      target_model, target_params, draft_model, draft_params, jnp.asarray(prompts),
+      decode_rng, jnp.asarray(temperature, jnp.float32), **static, **traced)

@@ -3,7 +3,8 @@
 Layers: `rules` (T5X's logical axis rules → `PartitionSpec`), `plan` (the mesh and
 every sharding a decode needs: `ShardingPlan`), `batch` (host side: padding to the
 data axis, global arrays, gathering), `decode` (the sharded runs behind
-`generate.t5_generate(..., sharding_plan=)`), `distributed` (`jax.distributed` from
+`generate.t5_generate(..., sharding_plan=)` and `generate.decoder_only_generate(...,
+sharding_plan=)`, speculative ones included), `distributed` (`jax.distributed` from
 the environment), `memory` (per-device params and KV caches: measured and predicted). See docs/scaling.md.
 """
 

@@ -1,5 +1,6 @@
 """Sharded runs of the jitted decoders (`generate.t5_generate` / `t5_speculative_generate`
-with `sharding_plan=`): place, pad, call the one compiled program, gather.
+and `generate.decoder_only_generate` / `decoder_only_speculative_generate` with
+`sharding_plan=`): place, pad, call the one compiled program, gather.
 
 The whole decode is still one `jax.jit` with one `lax.while_loop` (no host round-trip
 per round); GSPMD partitions it from the input shardings and the cache constraints
@@ -72,4 +73,37 @@ def speculative_generate(jitted, plan: ShardingPlan, target_model, target_params
       temperature)
   out = jitted(target_model, target_params, draft_model, draft_params, tokens, draft_tokens,
                prompt, keys, temperature, sharding_plan=plan, **static, **(traced or {}))
+  return batch_lib.gather(out, batch)
+
+
+def decoder_only_generate(jitted, plan: ShardingPlan, model, params, prompts, decode_rng,
+                          temperature, static: dict):
+  """`generate.decoder_only._generate` on `plan`'s mesh: the prompts (and per-row keys)
+  padded to the data axis and split over it, so each data shard prefills and decodes
+  its own rows; host `(decodes, log_probs)` of the real rows."""
+  params = shard_params(plan, model.config, params, 'target')
+  arrays = [np.asarray(prompts, np.int32)]
+  per_row = loop_common.is_per_row_keys(decode_rng)
+  if per_row:  # padded and split like the rows they belong to
+    arrays.append(batch_lib.row_keys(decode_rng, np.shape(prompts)[0]))
+  placed, temperature, batch = _batch_inputs(plan, arrays, temperature)
+  keys = placed[1] if per_row else jnp.asarray(decode_rng)
+  out = jitted(model, params, placed[0], keys, temperature, sharding_plan=plan, **static)
+  return batch_lib.gather(out, batch)
+
+
+def decoder_only_speculative_generate(jitted, plan: ShardingPlan, target_model, target_params,
+                                      draft_model, draft_params, prompts, decode_rng,
+                                      temperature, static: dict, traced=None):
+  """`generate.decoder_only._speculative_generate` on `plan`'s mesh (prompts and the
+  per-row keys padded and split over `data`); host `(decodes, log_probs, stats)`."""
+  target_params = shard_params(plan, target_model.config, target_params, 'target')
+  if draft_model is not None:  # model-free drafters carry no draft model
+    draft_params = shard_params(plan, draft_model.config, draft_params, 'draft')
+  batch = np.shape(prompts)[0]
+  keys = batch_lib.row_keys(decode_rng, batch)
+  (prompts, keys), temperature, batch = _batch_inputs(
+      plan, [np.asarray(prompts, np.int32), keys], temperature)
+  out = jitted(target_model, target_params, draft_model, draft_params, prompts, keys,
+               temperature, sharding_plan=plan, **static, **(traced or {}))
   return batch_lib.gather(out, batch)

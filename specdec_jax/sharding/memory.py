@@ -40,12 +40,13 @@ def per_device_bytes(tree) -> dict:
 
 
 def param_bytes(plan, config, role: str = 'target', dtype=None) -> dict:
-  """Predicted `{'total', 'per_device'}` param bytes of `Transformer(config)` on `plan`.
+  """Predicted `{'total', 'per_device'}` param bytes of the config's model on `plan`
+  (`t5.Transformer` or `DecoderOnlyTransformer`).
 
   `dtype`: the stored dtype (default the config's param dtype, float32).
   """
-  from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
-  shapes = jax.eval_shape(lambda: t5.init_params(config, jax.random.PRNGKey(0), 2, 2))
+  from specdec_jax.sharding import plan as plan_lib  # pylint: disable=g-import-not-at-top
+  shapes, _ = plan_lib.param_shapes_and_axes(config)
   itemsize = jnp.dtype(dtype or jnp.float32).itemsize
   total = per = 0
   for shape, sharding in zip(jax.tree.leaves(shapes),
@@ -63,7 +64,8 @@ def kv_cache_bytes(plan, config, *, batch: int, enc_len: int, max_decode_len: in
 
   Args:
     plan: the `ShardingPlan`.
-    config: the model's `T5Config`.
+    config: the model's `T5Config`, or a `DecoderOnlyConfig` (then `enc_len` = 0 and
+      `max_decode_len` the loop's width: prompt and generated positions).
     batch, enc_len, max_decode_len: the decode's shapes; gamma: γ (0 for the baseline).
     num_decodes: samples per input (multiplies the cache's rows).
     role: 'target' or 'draft' (a replicated draft keeps every head on every device).
@@ -76,7 +78,8 @@ def kv_cache_bytes(plan, config, *, batch: int, enc_len: int, max_decode_len: in
   model = plan.mesh.shape['model']
   heads_split = model if (heads % model == 0 and not (
       role == 'draft' and plan.draft == 'replicated')) else 1
-  per_pos = 2 * config.num_decoder_layers * heads * head_dim * itemsize
+  layers = getattr(config, 'num_decoder_layers', None) or config.num_layers
+  per_pos = 2 * layers * heads * head_dim * itemsize
   bias = enc_len * itemsize  # cross_bias [rows, 1, 1, enc_len], per row
   total = per_pos * rows * (length + enc_len) + rows * bias
   per = (per_pos * (rows // plan.data_size) * (length + enc_len) // heads_split

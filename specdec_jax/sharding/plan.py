@@ -101,7 +101,9 @@ class ShardingPlan:
         axes, self._rules_for(role), shape, dict(self.mesh.shape)))
 
   def param_shardings(self, config, role: str = 'target'):
-    """Tree of `NamedSharding`s matching `t5.init_params(config)`, from `t5.params_axes`.
+    """Tree of `NamedSharding`s matching the params of `config`'s model (`t5.init_params`
+    for a `T5Config`, `decoder_only.init_params` for a `DecoderOnlyConfig`), from their
+    family's `params_axes`.
 
     `role` 'draft' replicates every param when `draft == 'replicated'`. Cached per
     (plan, config, role): the sharded decoders ask for it on every call.
@@ -130,7 +132,9 @@ class ShardingPlan:
     return NamedSharding(self.mesh, P(rules_lib.DATA, *([None] * (ndim - 1))))
 
   def constrain_cache(self, cache, role: str = 'target'):
-    """Pins a `DecoderCache` (inside jit) to `('batch', 'heads', None, None)` per leaf."""
+    """Pins a `DecoderCache` or a decoder-only `SelfAttentionCache` (inside jit) to
+    `('batch', 'heads', None, None)` per `[batch, heads, length, head_dim]` leaf (other
+    leaves: `('batch', …)`)."""
     def pin(x):
       axes = ('batch', 'heads', None, None) if x.ndim == 4 and x.shape[1] > 1 else (
           ('batch',) + (None,) * (x.ndim - 1))
@@ -145,10 +149,25 @@ class ShardingPlan:
 
 
 @functools.lru_cache(maxsize=32)
-def _param_shardings(plan: ShardingPlan, config, role: str):
+def param_shapes_and_axes(config):
+  """`(ShapeDtypeStruct tree, logical axes tree)` of the params of `config`'s model family:
+  `t5.Transformer` for a `T5Config`, `DecoderOnlyTransformer` for a `DecoderOnlyConfig`
+  (both declare T5X's logical axis names: 'vocab', 'embed', 'mlp', 'heads', 'kv', …).
+  Cached per config; read-only."""
+  from specdec_jax.models import decoder_only  # pylint: disable=g-import-not-at-top
   from specdec_jax.models import t5  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models.config import family_of  # pylint: disable=g-import-not-at-top
+  if family_of(config) == 'decoder_only':
+    shapes = jax.eval_shape(lambda: decoder_only.init_params(config, jax.random.PRNGKey(0), 2))
+    return shapes, decoder_only.params_axes(config)
   shapes = jax.eval_shape(lambda: t5.init_params(config, jax.random.PRNGKey(0), 2, 2))
-  return plan.shardings_for_axes(t5.params_axes(config), shapes, role)
+  return shapes, t5.params_axes(config)
+
+
+@functools.lru_cache(maxsize=32)
+def _param_shardings(plan: ShardingPlan, config, role: str):
+  shapes, axes = param_shapes_and_axes(config)
+  return plan.shardings_for_axes(axes, shapes, role)
 
 
 def plan_from(mesh_shape: Optional[Sequence[int]], logical_axis_rules=None,

@@ -5,7 +5,8 @@ Each mesh must give exactly the single-device result: the same tokens at tempera
 and the same samples for the same key at temperature 1, for batches that do (8) and do
 not (3) divide the data axis. The random models are small enough to compile quickly
 but have real vocabularies (256), several heads (4, sharded over `model` where it
-divides) and two decoder layers.
+divides) and two decoder layers: a T5 pair and a decoder-only pair (prefix LM and causal,
+prompts of different lengths in one batch).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import numpy as np
 import pytest
 
 from specdec_jax import checkpoints, generate, sharding
-from specdec_jax.models import t5
-from specdec_jax.models.config import T5Config
+from specdec_jax.models import decoder_only, t5
+from specdec_jax.models.config import DecoderOnlyConfig, T5Config
 
 MESHES = [(8, 1), (1, 8), (2, 4), (4, 2)]
 MAX_LEN = 12
@@ -231,3 +232,134 @@ def test_num_decodes_and_per_row_temperatures(models):
                                          sharding_plan=plan, **kw)
   assert got[0].shape == (3, 2, MAX_LEN)
   assert_same(got, want)
+
+
+# ------------------------------------------------------------------ decoder-only models
+#
+# Few compiled programs (each speculative one takes seconds): per-row temperatures
+# (greedy and sampled rows in one batch) cover T = 0 and T = 1 in one program, and with
+# per-row keys a row's output does not depend on the other rows, so the batch-3 cases
+# compare against the first 3 rows of one batch-8 reference per mode. The keys of rows
+# 0-2 are those one key splits into for a batch of 3, so the one-key case (the
+# benchmark's call, padded 3 → 8) shares that reference; only its baseline, which draws
+# from one batch key, needs a one-device batch-3 run.
+
+DO_TARGET = DecoderOnlyConfig(vocab_size=256, emb_dim=32, num_heads=4, num_layers=2,
+                              head_dim=8, mlp_dim=64, mlp_activations=('gelu', 'linear'),
+                              dropout_rate=0.0)
+DO_DRAFT = DO_TARGET.replace(emb_dim=16, num_heads=2, num_layers=1, mlp_dim=32)
+DO_LENGTHS = (2, 6, 0, 7, 1, 3, 5, 4)  # an empty prompt: unconditional generation
+DO_TEMPS = np.array([0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0], np.float32)
+DO_KEYS = np.concatenate([np.asarray(jax.random.split(KEY, 3)),
+                          np.asarray(jax.random.split(jax.random.fold_in(KEY, 1), 5))])
+
+
+def random_params(config, seed):
+  """Params of T5X's tree and shapes, drawn on the host (flax's eager init takes seconds):
+  scales 1, embeddings N(0, 1), kernels N(0, 1 / fan_in)."""
+  rng = np.random.RandomState(seed)
+  shapes = jax.eval_shape(lambda: decoder_only.init_params(config, jax.random.PRNGKey(0), 2))
+
+  def draw(s):
+    if len(s.shape) == 1:
+      return np.ones(s.shape, np.float32)
+    return (rng.standard_normal(s.shape) / np.sqrt(s.shape[0])).astype(np.float32)
+  params = jax.tree.map(draw, shapes)
+  emb = params['decoder']['token_embedder']
+  emb['embedding'] = emb['embedding'] * np.float32(np.sqrt(emb['embedding'].shape[0]))
+  return params
+
+
+@pytest.fixture(scope='module')
+def do_models():
+  return (decoder_only.DecoderOnlyTransformer(DO_TARGET),
+          jax.device_put(random_params(DO_TARGET, 1)),
+          decoder_only.DecoderOnlyTransformer(DO_DRAFT),
+          jax.device_put(random_params(DO_DRAFT, 2)))
+
+
+def do_prompts(batch):
+  rng = np.random.RandomState(0)
+  out = np.zeros((len(DO_LENGTHS), max(DO_LENGTHS)), np.int32)
+  for b, m in enumerate(DO_LENGTHS):
+    out[b, :m] = rng.randint(2, 256, size=m)
+  return out[:batch]
+
+
+def do_kwargs(batch, bidirectional, per_row_keys, plan=None):
+  return dict(temperature=DO_TEMPS[:batch], inputs_bidirectional_attention=bidirectional,
+              decode_rng=DO_KEYS[:batch] if per_row_keys else KEY, sharding_plan=plan)
+
+
+def do_spec(do_models, batch, **kw):
+  tm, tp, dm, dp = do_models
+  return jax.device_get(generate.decoder_only_speculative_generate(
+      tm, tp, dm, dp, do_prompts(batch), MAX_LEN, GAMMA, **kw))
+
+
+def do_base(do_models, batch, **kw):
+  tm, tp, _, _ = do_models
+  return jax.device_get(generate.decoder_only_generate(tm, tp, do_prompts(batch), MAX_LEN,
+                                                       **kw))
+
+
+_DO_REFERENCE = {}
+
+
+def do_reference(do_models, batch, bidirectional, per_row_keys):
+  """One-device (speculative, baseline) outputs of the first `batch` rows."""
+  n = len(DO_LENGTHS)
+  if bidirectional not in _DO_REFERENCE:  # all 8 rows, per-row keys
+    kw = do_kwargs(n, bidirectional, True)
+    _DO_REFERENCE[bidirectional] = (do_spec(do_models, n, **kw), do_base(do_models, n, **kw))
+  spec, base = jax.tree.map(lambda x: np.asarray(x)[:batch], _DO_REFERENCE[bidirectional])
+  if not per_row_keys:  # one batch key: the baseline's draws depend on it
+    base = do_base(do_models, batch, **do_kwargs(batch, bidirectional, False))
+  return spec, base
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('mesh_shape,batch,bidirectional,per_row_keys,draft', [
+    ((8, 1), 3, False, False, 'replicated'),  # padded 3 → 8, one key
+    ((1, 8), 3, True, True, 'replicated'),  # no data split: heads and vocab over 8
+    ((2, 4), 8, False, True, 'like_target'),
+    ((4, 2), 8, True, True, 'like_target'),
+])
+def test_decoder_only_mesh_gives_the_single_device_output(do_models, mesh_shape, batch,
+                                                          bidirectional, per_row_keys, draft):
+  """Prefix-LM and causal prompts of different lengths (one empty) in one batch, greedy
+  and sampled rows: speculative and baseline give the one-device tokens, log-probs and
+  statistics on every mesh, the draft replicated or sharded like the target."""
+  plan = sharding.plan_from(mesh_shape, draft_sharding=draft)
+  kw = do_kwargs(batch, bidirectional, per_row_keys, plan)
+  spec, base = do_spec(do_models, batch, **kw), do_base(do_models, batch, **kw)
+  spec_ref, base_ref = do_reference(do_models, batch, bidirectional, per_row_keys)
+  assert isinstance(spec[0], np.ndarray) and spec[0].shape == (batch, 1, MAX_LEN)
+  assert_same(spec, spec_ref)
+  assert_same(base, base_ref)
+  for field in ('drafted', 'accepted', 'tokens'):
+    np.testing.assert_array_equal(getattr(spec[2], field), getattr(spec_ref[2], field))
+  assert np.all(spec[2].tokens > 0) and np.any(spec[2].accepted > 0)
+
+
+def test_decoder_only_param_shardings_follow_t5x_rules(do_models):
+  plan = sharding.plan_from((2, 4))
+  sh = plan.param_shardings(DO_TARGET)
+  P = jax.sharding.PartitionSpec
+  dec = sh['decoder']
+  layer = dec['layers_0']
+  assert dec['token_embedder']['embedding'].spec == P('model', None)  # ('vocab', 'embed')
+  assert layer['mlp']['wi_0']['kernel'].spec == P(None, 'model')  # ('embed', 'mlp')
+  assert layer['mlp']['wo']['kernel'].spec == P('model', None)  # ('mlp', 'embed')
+  assert layer['self_attention']['query']['kernel'].spec == P(None, 'model')  # joined_kv
+  assert layer['self_attention']['out']['kernel'].spec == P('model', None)
+  assert dec['logits_dense']['kernel'].spec == P(None, 'model')  # ('embed', 'vocab')
+  assert dec['relpos_bias']['rel_embedding'].spec == P('model', None)  # ('heads', buckets)
+  assert layer['pre_mlp_layer_norm']['scale'].spec == P(None)  # ('embed',)
+  draft = plan.param_shardings(DO_DRAFT, 'draft')
+  assert all(s.spec == P(*([None] * len(s.spec))) for s in jax.tree.leaves(draft))
+  placed = jax.device_put(do_models[1], sh)  # the tree matches the params'
+  from specdec_jax.sharding import memory
+  got = sharding.per_device_bytes(placed)
+  want = memory.param_bytes(plan, DO_TARGET)
+  assert (got['total'], got['max_per_device']) == (want['total'], want['per_device'])
