@@ -216,8 +216,10 @@ def test_speedup_compares_throughput_when_lengths_differ():
     ('''--gin.benchmark.verifications="('token', 'blocks')"''', 'benchmark.verifications'),
     ('--gin.benchmark.topp=1.5', 'benchmark.topk / topp'),
     ('--gin.benchmark.seed=-1', 'benchmark.seed must be an int in [0, 2**32)'),
-    ("--gin.benchmark.datasets=(('news', '/nonexistent/news.en'),)", '/nonexistent/news.en'),
+    ("--gin.benchmark.datasets=(('news', '/nonexistent/news.en'),)",
+     "'/nonexistent/news.en' not found (benchmark.datasets)"),
     ("--gin.benchmark.datasets='news.en'", 'benchmark.datasets must be a non-empty tuple'),
+    ('--gin.benchmark.temperatures=(1e999,)', 'benchmark.temperatures must be a tuple of finite'),
 ])
 def test_bad_settings_exit_2_before_loading(binding, needle, capsys, monkeypatch):
   """Checked up front (also in quick mode, which overrides the sweep): exit 2, no load."""

@@ -320,3 +320,63 @@ def test_hf_export_and_import_refuse_non_finite_params(pair, tmp_path):
   save_file(tensors, str(tmp_path / 'hf' / 'model.safetensors'))
   with pytest.raises(checkpoints.NonFiniteParams, match='token_embedder/embedding'):
     hf_t5.import_hf_t5(tmp_path / 'hf', pair.config)
+
+
+# --- found by the fault try (issue #43's note) -------------------------------------------
+
+def test_a_garbage_chunk_or_edited_zarray_is_damaged_not_a_misfit(tmp_path):
+  root = _legacy(tmp_path)
+  folder = root / 'checkpoint_1' / 'target.encoder.a.kernel'
+  chunk = folder / '0.0'
+  chunk.write_bytes(b'\0' * chunk.stat().st_size)  # same size, garbage
+  with pytest.raises(checkpoints.DamagedCheckpoint, match='encoder/a/kernel cannot be read'):
+    checkpoints.load_t5x_checkpoint(root)
+  root2 = _legacy(tmp_path / 'b')
+  zarray = root2 / 'checkpoint_1' / 'target.encoder.a.kernel' / '.zarray'
+  zarray.write_text(zarray.read_text().replace('[4,6]', '[4,5]', 1))
+  with pytest.raises(checkpoints.DamagedCheckpoint, match='encoder/a/kernel'):
+    checkpoints.load_t5x_checkpoint(root2)
+
+
+def test_an_overflowing_cast_is_named_as_the_cast(tmp_path):
+  big = jax.tree.map(lambda x: x + 1e6, PARAMS)
+  checkpoints.save_t5x_checkpoint(big, tmp_path / 'big', step=1)
+  assert np.isfinite(checkpoints.load_t5x_checkpoint(tmp_path / 'big')['encoder']['a']
+                     ['kernel']).all()
+  with pytest.raises(checkpoints.NonFiniteParams, match='cast to float16 at load'):
+    checkpoints.load_t5x_checkpoint(tmp_path / 'big', dtype=np.float16)
+
+
+def test_empty_batches_eos_and_suppressed_eos_are_refused(pair):
+  with pytest.raises(ValueError, match='batch >= 1'):
+    generate.t5_generate(pair.model, pair.params, np.zeros((0, 4), np.int32), 4)
+  with pytest.raises(ValueError, match='enc_len >= 1'):
+    generate.t5_generate(pair.model, pair.params, np.zeros((2, 0), np.int32), 4)
+  with pytest.raises(ValueError, match='suppress_ids holds the EOS id 1'):
+    generate.t5_generate(pair.model, pair.params, ENC, 4, suppress_ids=(1, 5))
+  with pytest.raises(ValueError, match='eos_id=999 is outside the vocabulary'):
+    generate.t5_speculative_generate(pair.model, pair.params, pair.draft_model,
+                                     pair.draft_params, ENC, 4, 2, eos_id=999)
+
+
+def test_outputs_that_would_overwrite_what_the_job_reads_are_refused(tmp_path):
+  ckpt = tmp_path / 'pair' / 'target' / 'checkpoint_1'
+  ckpt.mkdir(parents=True)
+  (ckpt / 'checkpoint').write_bytes(b'x')
+  vocab = tmp_path / 'v.model'
+  vocab.write_bytes(b'y')
+  reads = {'the pair folder': tmp_path / 'pair', 'the vocabulary': vocab, 'unset': None}
+  for out in (ckpt / 'checkpoint', tmp_path / 'pair' / 'pair.json', vocab):
+    with pytest.raises(ValueError, match='would overwrite what'):
+      atomic.check_not_reading(out, 'decode.output_path', reads)
+  link = tmp_path / 'sneaky.jsonl'
+  link.symlink_to(vocab)
+  with pytest.raises(ValueError, match='the vocabulary'):
+    atomic.check_not_reading(link, 'decode.output_path', reads)
+  atomic.check_not_reading(tmp_path / 'out.jsonl', 'decode.output_path', reads)  # fine
+
+
+@pytest.mark.skipif(not os.path.isdir('/proc/self'), reason='needs /proc (Linux)')
+def test_an_unwritable_output_folder_is_found_before_the_work():
+  with pytest.raises(ValueError, match='is not writable'):
+    atomic.check_writable('/proc/self/out.jsonl', 'decode.output_path')

@@ -814,12 +814,13 @@ def test_decode_job_reads_a_checkpoint_holding_the_draft(pair, shared, tmp_path,
   assert 'decode.draft_checkpoint' in err
 
 
-def test_non_floating_checkpoint_dtype_is_refused_first(pair, tmp_path, capsys):
+@pytest.mark.parametrize('dtype', ['int8', 'float8_e5m2'])
+def test_non_floating_checkpoint_dtype_is_refused_first(pair, tmp_path, capsys, dtype):
   gin_file, _ = pair
   rc = decode_lib.main(_argv(gin_file, f"decode.output_path='{tmp_path}/x.jsonl'",
-                             "decode.checkpoint_dtype='int8'"))
+                             f"decode.checkpoint_dtype='{dtype}'"))
   assert rc == 2
-  assert "decode.checkpoint_dtype must be a floating dtype" in capsys.readouterr().err
+  assert "decode.checkpoint_dtype must be one of ('float32'" in capsys.readouterr().err
   assert not list(tmp_path.iterdir())
 
 
@@ -920,3 +921,53 @@ def test_sampled_baseline_rows_do_not_depend_on_the_batch(pair, tmp_path, capsys
     preds[batch_size] = [r['prediction'] for r in _read_jsonl(out)]
   assert preds[1] == preds[3]
   assert len(set(preds[1])) > 1  # sampled, not one constant output
+
+
+def test_output_inside_a_checkpoint_it_reads_is_refused_before_loading(pair, tmp_path, capsys,
+                                                                       no_loading):
+  gin_file, root = pair
+  inp = _tsv(tmp_path)
+  step = next((root / 'draft').glob('checkpoint_*'))
+  before = (step / 'checkpoint').read_bytes()
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{step / 'checkpoint'}'"))
+  err = capsys.readouterr().err
+  assert rc == 2 and 'would overwrite what the draft checkpoint reads' in err, err
+  assert (step / 'checkpoint').read_bytes() == before
+
+
+def test_suppressing_eos_is_refused(pair, tmp_path, capsys, no_loading):
+  gin_file, _ = pair
+  inp = _tsv(tmp_path)
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{out}'", 'decode.suppress_ids=[1]'))
+  _assert_clean_failure(rc, capsys, out, 'decode.suppress_ids holds the EOS id 1')
+
+
+@pytest.mark.parametrize('binding', ['decode.max_decode_len=1000000000',
+                                     'decode.batch_size=100000000',
+                                     'decode.max_input_len=100000000'])
+def test_sizes_beyond_memory_are_refused_before_loading(pair, tmp_path, capsys, no_loading,
+                                                        binding):
+  gin_file, _ = pair
+  inp = _tsv(tmp_path)
+  out = tmp_path / 'o.jsonl'
+  rc = decode_lib.main(_argv(gin_file, f"decode.input_path='{inp}'",
+                             f"decode.output_path='{out}'", binding))
+  _assert_clean_failure(rc, capsys, out, 'GiB are available', binding.split('=')[0])
+
+
+def test_decode_bytes_counts_the_demo_sizes():
+  """The estimate is a lower bound of the right size: the demo pair's batch of 8 needs
+  far less than a GiB, and it grows linearly with the batch."""
+  from specdec_jax.decode import job
+  from specdec_jax.decode import pair as pair_lib
+  demo = pair_lib.resolve_pair('demo_ende', target_config=None, draft_config=None,
+                               target_checkpoint=None, draft_checkpoint=None, vocab_path=None,
+                               need_draft=True)
+  configs = [('target', demo.target_config), ('draft', demo.draft_config)]
+  s = dict(batch_size=8, gamma=4, method='speculative', max_decode_len=64, max_input_len=64)
+  small = job.decode_bytes(s, configs)
+  assert 50e6 < small < 2 ** 30  # ≥ the float32 params (about 25M + 2.4M scalars)
+  assert job.decode_bytes(dict(s, batch_size=80), configs) > small

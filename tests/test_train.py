@@ -486,6 +486,12 @@ def test_distill_data_cli_errors(tmp_path):
   (tmp_path / 'x').mkdir()
   assert distill_lib.main(run) == 2
   assert list(tmp_path.iterdir()) == [tmp_path / 'x']
+  # Its own vocabulary as the output: refused, the vocabulary untouched.
+  vocab = tmp_path / 'v.model'
+  vocab.write_bytes(b'spm')
+  assert distill_lib.main([run[0], f'--gin.distill_data.vocab_path="{vocab}"',
+                           f'--gin.distill_data.output_path="{vocab}"']) == 2
+  assert vocab.read_bytes() == b'spm'
 
 
 def _t5x_model_folder(path, cfg, params, step=7):

@@ -108,9 +108,9 @@ def check_settings(*, num_sentences, gammas, temperatures, batch_sizes, repeats,
   _positive_ints('input_length_buckets', input_length_buckets, allow_empty=True)
   temps = tuple(temperatures) if isinstance(temperatures, (list, tuple)) else None
   if not temps or any(isinstance(t, bool) or not isinstance(t, (int, float)) or
-                      not t >= 0 for t in temps):
+                      not 0 <= t < float('inf') for t in temps):
     raise BenchmarkConfigError(
-        'benchmark.temperatures must be a tuple of numbers >= 0 (0 = greedy), e.g. '
+        'benchmark.temperatures must be a tuple of finite numbers >= 0 (0 = greedy), e.g. '
         f'--gin.benchmark.temperatures="(0.0, 1.0)"; got {temperatures!r}.')
 
 
@@ -285,6 +285,7 @@ def benchmark(output_dir: str = 'out/benchmark',
   for name in ('results.json', 'results.md'):  # before anything is loaded or timed
     try:
       atomic.destination(out_dir / name, 'the benchmark.output_dir file')
+      atomic.check_writable(out_dir / name, 'the benchmark.output_dir file')
     except ValueError as e:
       raise BenchmarkConfigError(str(e)) from e
   if out_dir.exists() and not out_dir.is_dir():
@@ -314,9 +315,6 @@ def benchmark(output_dir: str = 'out/benchmark',
   if decoder_only:  # the HF peer and the cold-start child are T5-only
     settings['hf_peer'] = False
     settings['startup'] = False
-    if plan is not None:
-      raise BenchmarkConfigError('benchmark.mesh_shape with a decoder-only pair is not '
-                                 'supported yet; drop it.')
   tables = {}
   for name in drafters:
     if name in ('bigram', 'unigram'):

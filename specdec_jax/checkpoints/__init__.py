@@ -149,7 +149,15 @@ def load_t5x_checkpoint(path: str | os.PathLike, config=None,
   except KeyError as e:
     raise MissingSubtree(f'The checkpoint at {location!r} holds no params (`{subtree}`): {e}'
                          ) from e
-  check_finite(params, f'The checkpoint at {location!r}')
+  try:
+    check_finite(params, f'The checkpoint at {location!r}')
+  except NonFiniteParams as e:
+    if dtype is None or np.dtype(dtype).itemsize >= 4:
+      raise
+    # float16 holds |x| < 65504: finite stored values may overflow in the cast itself.
+    raise NonFiniteParams(f'{e} They were cast to {np.dtype(dtype).name} at load: values '
+                          'beyond its range become Inf. Load as float32 '
+                          "(decode.checkpoint_dtype='float32') to tell.") from e
   return params
 
 

@@ -41,6 +41,25 @@ class MissingChunks(DamagedCheckpoint):
   """Zarr arrays of a checkpoint lack chunk files, or their whole folder."""
 
 
+# TensorStore status codes of a read that found damaged data (cut, garbage, wrong metadata).
+DAMAGE_CODES = ('NOT_FOUND', 'FAILED_PRECONDITION', 'DATA_LOSS', 'OUT_OF_RANGE')
+
+
+def as_damage(error: Exception, name: str, where: str) -> Exception:
+  """`DamagedCheckpoint` naming param `name` for TensorStore's error reading it, else `error`.
+
+  A chunk file cut short or overwritten, or a `.zarray` whose shape no longer matches the
+  checkpoint's spec, fails in TensorStore with one of `DAMAGE_CODES` (or "Expected ...
+  but received" for metadata); the message then says "damaged", not "does not fit".
+  """
+  text = str(error)
+  if not (any(code in text for code in DAMAGE_CODES) or 'but received' in text):
+    return error
+  return DamagedCheckpoint(f'{where} is damaged: array {name} cannot be read '
+                           f'({text.splitlines()[0]}). Copy the checkpoint again, or load an '
+                           'earlier step.')
+
+
 def restore_msgpack(path: str):
   """The msgpack contents of the checkpoint file at `path` (flax's `msgpack_restore`).
 

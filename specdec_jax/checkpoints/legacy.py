@@ -169,12 +169,13 @@ def read_msgpack(msgpack_path: str, subtree: str | None, array_metadata=None,
       name = leaf[len(PLACEHOLDER):]
       spec, assume = _placeholder_spec(name, ckpt_dir, _lookup_hint(array_metadata, name))
       pending[i] = (None, _open_ts(spec, assume))
+  where = f'The checkpoint at {msgpack_path!r}'
   for i, (spec, future) in pending.items():
     try:
       opened[i] = future.result()
     except ValueError as e:
       if spec is None or 'NOT_FOUND' not in str(e) or 'metadata' not in str(e).lower():
-        raise
+        raise integrity.as_damage(e, '/'.join(items[i][0]), where) from e
       # No .zarray beside the chunks (as in T5X's own testdata): the spec's
       # metadata is complete for what T5X writes, so assume it.
       opened[i] = _open_ts(spec, True).result()
@@ -198,7 +199,10 @@ def read_msgpack(msgpack_path: str, subtree: str | None, array_metadata=None,
   reads = {i: store.read() for i, store in opened.items()}
   out = []
   for i, (path, leaf) in enumerate(items):
-    value = np.asarray(reads[i].result()) if i in reads else leaf
+    try:
+      value = np.asarray(reads[i].result()) if i in reads else leaf
+    except ValueError as e:  # a chunk cut short or overwritten
+      raise integrity.as_damage(e, '/'.join(path), where) from e
     if dtype is not None and tree_lib.is_float(value):
       value = np.asarray(value).astype(dtype)
     out.append((path, value))

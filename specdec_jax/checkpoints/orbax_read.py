@@ -20,7 +20,6 @@ from specdec_jax.models.config import T5Config
 
 PyTree = Any
 ARRAY_TYPES = ('np.ndarray', 'jax.Array')
-_DAMAGE_CODES = ('NOT_FOUND', 'FAILED_PRECONDITION', 'DATA_LOSS', 'OUT_OF_RANGE')
 EMPTY_TYPES = {'Dict': dict, 'List': list, 'Tuple': tuple, 'None': lambda: None}
 
 
@@ -114,7 +113,7 @@ def read_orbax(state_dir: str, subtree: str | None, dtype=None,
                                       restore_args=nest(tree_lib.unflatten(args)),
                                       partial_restore=True))
     except ValueError as e:  # TensorStore's status, e.g. a deleted or cut data file
-      if not any(code in str(e) for code in _DAMAGE_CODES):
+      if not any(code in str(e) for code in integrity.DAMAGE_CODES):
         raise
       raise integrity.DamagedCheckpoint(
           f'The Orbax checkpoint at {state_dir!r} is damaged: {str(e).splitlines()[0]}. Copy '

@@ -255,6 +255,7 @@ def check_output_path(output_path: str) -> pathlib.Path:
   if not ancestor.is_dir() or not os.access(ancestor, os.W_OK):
     raise ValueError(f'Cannot write decode.output_path {str(p)!r}: {str(ancestor)!r} is not '
                      'a writable folder.')
+  atomic.check_writable(p, 'decode.output_path')  # a real probe: root passes os.access
   return p
 
 
@@ -329,6 +330,18 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
       input_field=s['input_field'], target_field=s['target_field'])
   if s.get('suppress_ids', 'pair') == 'pair':
     s['suppress_ids'] = pair.suppress_ids
+  summary_path = output.with_name(output.name + '.summary.json')
+  reads = {'decode.input_path': s['input_path'] if not s['task_name'] else None,
+           'the pair folder': pair.folder, 'the target checkpoint': pair.target_checkpoint,
+           'the draft checkpoint': pair.draft_checkpoint if need_draft else None,
+           'the vocabulary': pair.vocab_path, 'decode.ngram_table_path': s.get('ngram_table_path')}
+  for out_path, name in ((output, 'decode.output_path'),
+                         (summary_path, 'the summary beside decode.output_path')):
+    atomic.check_not_reading(out_path, name, reads)
+  eos = pair.eos_id if pair.eos_id is not None else vocab.eos_id
+  if eos in s['suppress_ids']:
+    raise ValueError(f'decode.suppress_ids holds the EOS id {eos}: no output could ever end '
+                     '(every row would run to decode.max_decode_len); remove it.')
   for role, cfg in configs:
     beyond = [i for i in s['suppress_ids'] if i >= cfg.vocab_size]
     if beyond:
@@ -343,8 +356,66 @@ def prepare(settings: dict, *, target_config=None, draft_config=None, target_che
   prepared = Prepared(s, pair, vocab, examples, output_path=output, input_vocab=input_vocab,
                       plan=_plan(s))
   if load_models:
+    check_memory(s, configs, dtype)
     _load_models(prepared, configs, dtype, binding)
   return prepared
+
+
+def decode_bytes(s: dict, configs, dtype=None) -> int:
+  """A lower bound on the bytes one decode call needs: params, KV caches, logits.
+
+  Per model: params (`family.param_shapes` × the load dtype's size, float32 when None);
+  KV caches of `batch_size` rows × (max(max_decode_len, γ + 1) + the input length) positions
+  × 2 × layers × heads × head_dim float32s (a decoder-only model's prompt takes the input
+  length); `[batch_size, γ + 1, vocab]` float32 logits, counted twice (logits and their
+  probabilities). Inputs are counted at `max_input_len`, their upper bound.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from specdec_jax.models import family  # pylint: disable=g-import-not-at-top
+  rows, gamma = s['batch_size'], (s['gamma'] if s['method'] == 'speculative' else 0)
+  length = max(s['max_decode_len'], gamma + 1) + s['max_input_len']
+  total = 0
+  for _, cfg in configs:
+    layers = (getattr(cfg, 'num_decoder_layers', None) or cfg.num_layers) + getattr(
+        cfg, 'num_encoder_layers', 0)
+    params = sum(int(np.prod(shape)) for shape in family.param_shapes(cfg).values())
+    total += params * np.dtype(dtype or np.float32).itemsize
+    total += rows * length * 2 * layers * cfg.num_heads * cfg.head_dim * 4
+    total += 2 * rows * (gamma + 1) * cfg.vocab_size * 4
+  return int(total)
+
+
+def available_bytes() -> int | None:
+  """Memory one decode may use: the device's limit on an accelerator (JAX's
+  `memory_stats()['bytes_limit']`), the host's available memory on a CPU; None if unknown."""
+  import jax  # pylint: disable=g-import-not-at-top
+  device = jax.devices()[0]
+  if device.platform != 'cpu':
+    stats = device.memory_stats() or {}
+    return stats.get('bytes_limit')
+  try:
+    import psutil  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  return int(psutil.virtual_memory().available)
+
+
+def check_memory(s: dict, configs, dtype=None) -> None:
+  """Raises ValueError, before any checkpoint is read, when `decode_bytes` (a lower bound)
+  exceeds `available_bytes`, naming the settings that size it.
+
+  Without this, a `max_decode_len`, `max_input_len`, `batch_size` or γ far too large ends in
+  an out-of-memory traceback after the models are loaded.
+  """
+  need, have = decode_bytes(s, configs, dtype), available_bytes()
+  if have is None or need <= have:
+    return
+  gib = 2 ** 30
+  raise ValueError(
+      f"This decode needs at least {need / gib:,.1f} GiB (params, KV caches of "
+      f"decode.batch_size={s['batch_size']} rows × decode.max_input_len={s['max_input_len']} + "
+      f"max(decode.max_decode_len={s['max_decode_len']}, decode.gamma + 1 = {s['gamma'] + 1}) "
+      f'positions, logits) but {have / gib:,.1f} GiB are available; lower those settings.')
 
 
 def _needs_draft(s: dict) -> bool:
@@ -421,9 +492,6 @@ def _load_models(prepared: Prepared, configs, dtype, binding) -> None:
     raise ValueError(f'the target is a {families["target"]} model but the draft a '
                      f'{families["draft"]} one: speculative decoding needs two models of one '
                      'family (the same features and prompt); pair them so.')
-  if 'decoder_only' in families.values() and prepared.plan is not None:
-    raise ValueError('decode.mesh_shape with a decoder-only pair is not supported yet; '
-                     'decode it on one device (drop decode.mesh_shape).')
   for role, cfg in configs:
     path, subtree, exclude = _checkpoint_source(pair, role)
     role_dtype = pair.draft_dtype if role == 'draft' and pair.draft_dtype is not None else dtype

@@ -86,14 +86,14 @@ def _decode_batch_decoder_only(p: Prepared, batch: inputs_lib.Batch, base, kwarg
         real_vocab_size=p.vocab.vocab_size, draft_policy=s.get('draft_policy'),
         verification=s.get('verification', 'token'), drafter=s.get('drafter_spec'),
         ngram_table=s.get('ngram_table'), lenience=s.get('lenience', 1.0),
-        inputs_bidirectional_attention=bidirectional, **kwargs)
+        inputs_bidirectional_attention=bidirectional, sharding_plan=p.plan, **kwargs)
     decodes, stats = jax.device_get((decodes, stats))
     out = {k: np.asarray(getattr(stats, k))[:, 0]
            for k in ('target_calls', 'drafted', 'accepted', 'alpha_sum', 'alpha_count', 'tokens')}
     return np.asarray(decodes)[:, 0], out
   decodes, _ = generate.decoder_only_generate(
       p.target_model, p.target_params, batch.tokens, s['max_decode_len'],
-      decode_rng=_row_keys(batch, base),
+      decode_rng=_row_keys(batch, base), sharding_plan=p.plan,
       inputs_bidirectional_attention=bidirectional, **kwargs)
   decodes = np.asarray(jax.device_get(decodes))[:, 0]
   tokens = np.array([len(inputs_lib.tokens_until_eos(r, p.eos_id)) for r in decodes])

@@ -233,9 +233,12 @@ def check_checkpoint(path: Optional[str], role: str, binding: Optional[str] = No
     raise ValueError(f"No {role} checkpoint: bind {binding}='/path/to/"
                      "checkpoint_<step>' (a T5X checkpoint folder, or a model folder holding "
                      'checkpoint_<step>/ folders; gs:// paths work for the T5X layouts).')
+  import warnings  # pylint: disable=g-import-not-at-top
   from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
   try:
-    checkpoints.find_checkpoint(path)
+    with warnings.catch_warnings():  # a skipped step is warned about once, at load
+      warnings.simplefilter('ignore')
+      checkpoints.find_checkpoint(path)
   except FileNotFoundError as e:
     raise FileNotFoundError(f'{binding}: {e}') from e
   except ValueError as e:
@@ -243,6 +246,9 @@ def check_checkpoint(path: Optional[str], role: str, binding: Optional[str] = No
 
 
 _check_checkpoint = check_checkpoint
+
+
+PARAM_DTYPES = ('float32', 'bfloat16', 'float16', 'float64')
 
 
 def _dtype(name, what: str = 'decode.checkpoint_dtype'):
@@ -255,7 +261,8 @@ def _dtype(name, what: str = 'decode.checkpoint_dtype'):
     dtype = jnp.dtype(name)
   except TypeError as e:
     raise ValueError(f'{what}: unknown dtype {name!r}.') from e
-  if not jnp.issubdtype(dtype, jnp.floating):  # int8 params decode to empty strings
-    raise ValueError(f"{what} must be a floating dtype ('float32', 'bfloat16', 'float16'), "
-                     f'got {name!r}: params cast to it would not be the model any more.')
+  if not jnp.issubdtype(dtype, jnp.floating) or dtype.name not in PARAM_DTYPES:
+    # int8 params decode to empty strings; float8 casts lose most of every weight
+    raise ValueError(f"{what} must be one of {PARAM_DTYPES}, got {name!r}: params cast to it "
+                     'would not be the model any more.')
   return dtype

@@ -260,17 +260,24 @@ def inverse_cdf(u, probs):
   return (b * block + j).astype(jnp.int32)
 
 
-def check_suppress_ids(suppress_ids, vocab_size: int | None = None) -> tuple[int, ...]:
+def check_suppress_ids(suppress_ids, vocab_size: int | None = None,
+                       eos_id: int | None = None) -> tuple[int, ...]:
   """`suppress_ids` (ids a model must never emit) as a sorted tuple of distinct ints.
 
   Args:
     suppress_ids: None or an iterable of token ids.
-    vocab_size: optional; every id must be below it.
+    vocab_size: optional; every id must be below it (and `eos_id`, when given).
+    eos_id: optional; it may not be suppressed (no row could end), and must be below
+      `vocab_size` (no row could emit it).
   Returns:
     the ids as a static, hashable tuple (empty: nothing suppressed).
   Raises:
-    ValueError: a non-integer or negative id, or one at or beyond `vocab_size`.
+    ValueError: a non-integer or negative id, one at or beyond `vocab_size`, the EOS id
+      among them, or an `eos_id` outside the vocabulary.
   """
+  if eos_id is not None and vocab_size is not None and not 0 <= eos_id < vocab_size:
+    raise ValueError(f'eos_id={eos_id} is outside the vocabulary [0, {vocab_size}): no row '
+                     'could ever end; pass the vocabulary\'s EOS id.')
   if suppress_ids is None:
     return ()
   try:
@@ -284,6 +291,9 @@ def check_suppress_ids(suppress_ids, vocab_size: int | None = None) -> tuple[int
     if vocab_size is not None and i >= vocab_size:
       raise ValueError(f'suppress_ids holds {int(i)}, outside the vocabulary [0, {vocab_size}); '
                        'list only ids the models have.')
+  if eos_id is not None and eos_id in ids:
+    raise ValueError(f'suppress_ids holds the EOS id {eos_id}: no row could ever end (every '
+                     'output would run to max_decode_len); remove it.')
   return tuple(sorted({int(i) for i in ids}))
 
 

@@ -34,9 +34,9 @@ from specdec_jax.models import t5
 def _check_tokens(encoder_input_tokens, max_decode_len):
   if not isinstance(max_decode_len, int) or max_decode_len < 1:
     raise ValueError(f'max_decode_len must be an int >= 1, got {max_decode_len!r}.')
-  if jnp.ndim(encoder_input_tokens) != 2:
-    raise ValueError('encoder_input_tokens must be [batch, enc_len] int, got shape '
-                     f'{jnp.shape(encoder_input_tokens)}.')
+  if jnp.ndim(encoder_input_tokens) != 2 or 0 in jnp.shape(encoder_input_tokens):
+    raise ValueError('encoder_input_tokens must be [batch, enc_len] int with batch >= 1 and '
+                     f'enc_len >= 1, got shape {jnp.shape(encoder_input_tokens)}.')
 
 
 @xla_options.jit(static_argnames=(
@@ -102,7 +102,7 @@ def t5_generate(model: t5.Transformer, params, encoder_input_tokens, max_decode_
   decoding._check_common(_prompt(encoder_input_tokens, max_decode_len, decoder_prompt),
                          eos_id, num_decodes, temperature, topk, topp, max_decode_steps)
   sampling.check_sampler(sampler)
-  suppress_ids = sampling.check_suppress_ids(suppress_ids, model.config.vocab_size)
+  suppress_ids = sampling.check_suppress_ids(suppress_ids, model.config.vocab_size, eos_id)
   if decode_rng is None:
     decode_rng = jax.random.PRNGKey(0)
   static = dict(topp=float(topp), max_decode_len=max_decode_len, eos_id=eos_id, sampler=sampler,
@@ -230,7 +230,8 @@ def t5_speculative_generate(target_model: t5.Transformer, target_params,
   gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
   accept.check_verification(verification)
   lenience = accept.check_lenience(lenience, verification)
-  suppress_ids = sampling.check_suppress_ids(suppress_ids, target_model.config.vocab_size)
+  suppress_ids = sampling.check_suppress_ids(suppress_ids, target_model.config.vocab_size,
+                                            eos_id)
   spec = resolve_drafter(drafter)
   uses_model, ngram_table, lookup_source = check_drafter_args(
       spec, target_model, draft_model, draft_params, ngram_table, lookup_source,

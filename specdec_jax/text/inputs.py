@@ -101,13 +101,17 @@ def detect_format(path: str | os.PathLike) -> str:
   return 'text'
 
 
-def check_input_file(path: str | os.PathLike) -> pathlib.Path:
-  """Raises a clear error unless `path` is a readable file; returns it as a Path."""
+def check_input_file(path: str | os.PathLike, binding: str = 'decode.input_path'
+                     ) -> pathlib.Path:
+  """Raises a clear error unless `path` is a readable file; returns it as a Path.
+
+  `binding` is the setting that named the file (for the message).
+  """
   p = pathlib.Path(path).expanduser()
   if not p.exists():
-    raise FileNotFoundError(f'Input file {str(p)!r} not found (decode.input_path).')
+    raise FileNotFoundError(f'Input file {str(p)!r} not found ({binding}).')
   if p.is_dir():
-    raise ValueError(f'Input path {str(p)!r} is a folder; decode.input_path must name a '
+    raise ValueError(f'Input path {str(p)!r} is a folder; {binding} must name a '
                      'text / .tsv / .jsonl file.')
   if not os.access(p, os.R_OK):
     raise ValueError(f'Input file {str(p)!r} is not readable (permission denied).')
@@ -154,11 +158,13 @@ def _empty_line_error(path, lineno, what='input line'):
 
 
 def read_file(path: str | os.PathLike, input_format: str = 'auto', *,
-              input_field: str = 'inputs', target_field: str = 'targets') -> list[Record]:
-  """Reads a text / TSV / JSONL input file (see the module docstring)."""
+              input_field: str = 'inputs', target_field: str = 'targets',
+              binding: str = 'decode.input_path') -> list[Record]:
+  """Reads a text / TSV / JSONL input file (see the module docstring); `binding` names the
+  setting that gave `path` in errors."""
   if input_format not in FORMATS:
     raise ValueError(f'decode.input_format must be one of {FORMATS}, got {input_format!r}.')
-  p = check_input_file(path)
+  p = check_input_file(path, binding)
   fmt = detect_format(p) if input_format == 'auto' else input_format
   records = []
   for lineno, line in enumerate(_read_lines(p), start=1):

@@ -81,9 +81,16 @@ def distill_data(target_run: str = gin.REQUIRED,
                      f'{temperature!r}.')
   seed = sampling.check_seed('distill_data.seed', seed)
   out = pathlib.Path(output_path)  # both files checked before the model is even loaded
-  atomic.destination(out, 'distill_data.output_path')
-  atomic.destination(out.with_name(out.name + '.summary.json'),
-                     'the summary beside distill_data.output_path')
+  reads = {'distill_data.target_run': target_run, 'distill_data.vocab_path': vocab_path}
+  for path, name in ((out, 'distill_data.output_path'),
+                     (out.with_name(out.name + '.summary.json'),
+                      'the summary beside distill_data.output_path')):
+    atomic.destination(path, name)
+    atomic.check_not_reading(path, name, reads)
+  atomic.check_writable(out, 'distill_data.output_path')
+  if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+    raise ValueError(f'distill_data.limit must be None (the whole split) or an int >= 1, got '
+                     f'{limit!r}.')
   run = pathlib.Path(target_run)
   t0 = time.time()
   try:

@@ -47,6 +47,46 @@ def destination(path: str | os.PathLike, name: str | None = None) -> pathlib.Pat
   return p
 
 
+def check_writable(path: str | os.PathLike, name: str) -> None:
+  """Raises ValueError unless a new file can be made where `path` would be written.
+
+  Probes the nearest existing folder above `destination(path)` by creating and removing a
+  temporary file in it (`os.access` says yes to root on read-only mounts such as /sys), so
+  an unwritable output is found before the work, not after it. Makes no folder.
+  """
+  folder = destination(path, name).parent
+  while not folder.exists():
+    folder = folder.parent
+  if not folder.is_dir():
+    raise ValueError(f'Cannot write {name} {str(path)!r}: {str(folder)!r} is not a folder.')
+  try:
+    fd, probe = tempfile.mkstemp(dir=folder, prefix='.probe.', suffix='.tmp')
+    os.close(fd)
+    os.unlink(probe)
+  except OSError as e:
+    raise ValueError(f'Cannot write {name} {str(path)!r}: {str(folder)!r} is not writable '
+                     f'({e.strerror or e}).') from None
+
+
+def check_not_reading(path: str | os.PathLike, name: str, reads: dict) -> None:
+  """Raises ValueError when writing `path` would replace a file the job reads.
+
+  Args:
+    path: the output as given (symlinks followed, as `destination` does).
+    name: its setting, for the message.
+    reads: `{setting: path}` of what the job reads: a file must not be the output; a folder
+      (a checkpoint, a pair folder) must not hold it. None values are skipped.
+  """
+  out = pathlib.Path(os.path.realpath(destination(path, name)))
+  for setting, read in reads.items():
+    if read is None or '://' in str(read):
+      continue
+    src = pathlib.Path(os.path.realpath(pathlib.Path(read).expanduser()))
+    if out == src or (src.is_dir() and src in out.parents):
+      raise ValueError(f'{name} {str(path)!r} would overwrite what {setting} reads '
+                       f'({str(read)!r}); write the output somewhere else.')
+
+
 def commit(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
   """Renames the finished temporary file `tmp` to `path`'s `destination`."""
   os.replace(tmp, destination(path))
