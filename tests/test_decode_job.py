@@ -144,6 +144,7 @@ def test_speculative_job_matches_baseline(pair, tmp_path, capsys):
     assert summary['examples'] == 5 and summary['batches'] == 2
     assert summary['padding_rows'] == 1 and summary['truncated_inputs'] == 1
     assert summary['cut_at_max_decode_len'] == cut
+    assert 'checkpoint_dtype' in summary  # a run with params cast at load says so
     assert summary['compile_s'] is not None and summary['run_s'] > 0
     assert summary['tokens'] == sum(r['tokens'] for r in rows)
     assert isinstance(summary['bleu'], float)

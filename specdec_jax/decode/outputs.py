@@ -177,6 +177,8 @@ def run_decode(p: Prepared) -> dict:
         'inputs_bidirectional_attention': (None if hasattr(p.target_model, 'encode')
                                            else bool(p.pair.inputs_bidirectional_attention)),
         'target_checkpoint': p.pair.target_checkpoint,
+        'checkpoint_dtype': (None if s.get('checkpoint_dtype') is None
+                             else str(s['checkpoint_dtype'])),  # params cast at load
         'draft_checkpoint': p.pair.draft_checkpoint if speculative else None,
         'drafter': s.get('drafter', 'model') if speculative else None,
         'ngram_table_path': s.get('ngram_table_path') if speculative else None,
