@@ -52,8 +52,12 @@ def _classify(path: str) -> tuple[str, str] | None:
 def _newest_complete(path: str, steps: dict[int, str]) -> int:
   """The highest step whose folder is a complete checkpoint; warns naming skipped ones.
 
-  When no step is complete, the highest is returned (its reader then names the damage).
+  When no step is complete, the highest is returned (its reader then names the damage). A
+  single step is returned unchecked: there is nothing to fall back to, and its reader names
+  any damage without parsing the msgpack file a second time.
   """
+  if len(steps) == 1:
+    return next(iter(steps))
   skipped = []
   for step in sorted(steps, reverse=True):
     problem = integrity.step_problem(steps[step])
