@@ -239,6 +239,23 @@ def test_every_module_imports():
   assert r.returncode == 0, r.stderr[-3000:]
 
 
+def test_every_module_imports_after_a_job_locked_gin():
+  """A job locks gin's config (`gin.finalize`, as T5X's CLIs); importing any module with
+  gin registrations afterwards in the same process (a notebook, a test session) still
+  works (`util.gin_config`), and leaves the lock as it was. Planted check: the same
+  import with a plain `gin.configurable` raises gin's "locked" error."""
+  names = [module_name(p, PKG) for p in sorted(PKG.rglob('*.py'))
+           if not p.name == '__main__.py']
+  code = ('import gin, importlib\ngin.finalize()\nfor n in %r:\n  importlib.import_module(n)\n'
+          'assert gin.config_is_locked()\n'
+          'def planted_after_lock(x=1):\n  return x\n'
+          'try:\n  gin.configurable(planted_after_lock)\n'
+          'except RuntimeError as e:\n  assert "locked" in str(e), e\n'
+          'else:\n  raise AssertionError("gin accepted a registration while locked")\n' % (names,))
+  r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+
+
 def test_every_gin_file_parses_and_binds_registered_names():
   """Every gin file under configs/ and specdec_jax/configs/ parses with the jobs' modules
   imported: each binding names a registered configurable (gin raises on an unknown one).

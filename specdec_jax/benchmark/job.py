@@ -50,10 +50,10 @@ import sys
 import time
 from typing import Optional, Sequence
 
-import gin
 import jax
 
 from specdec_jax.util import atomic
+from specdec_jax.util import gin_config
 from specdec_jax import decode as decode_lib
 from specdec_jax.util import flags
 from specdec_jax.text import inputs as inputs_lib
@@ -501,7 +501,7 @@ def benchmark(output_dir: str = 'out/benchmark',
   return results
 
 
-benchmark = gin.configurable(benchmark, denylist=['compilation_cache'])
+benchmark = gin_config.configurable(benchmark, denylist=['compilation_cache'])
 
 
 

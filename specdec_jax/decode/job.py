@@ -12,7 +12,6 @@ import os
 import pathlib
 from typing import Any, Optional
 
-import gin
 
 from specdec_jax.text import inputs as inputs_lib
 from specdec_jax.text import vocabulary
@@ -21,6 +20,7 @@ from specdec_jax.decode import pair as pair_lib
 from specdec_jax.decode import t5x_gin
 from specdec_jax.decode.prepared import Prepared
 from specdec_jax.util import atomic
+from specdec_jax.util import gin_config
 
 TRANSLATE_PREFIX = vocabulary.TRANSLATE_PREFIX  # the demo pair's task prefix
 METHODS = ('speculative', 'baseline')
@@ -36,7 +36,7 @@ def register_configurables() -> None:
 register_configurables()
 
 
-@gin.configurable(denylist=['prepare_only', 'check_bindings'])
+@gin_config.configurable(denylist=['prepare_only', 'check_bindings'])
 def decode(output_path: str = 'out/decode/predictions.jsonl',
            # The model pair.
            pair_dir: Optional[str] = pair_lib.DEMO_PAIR,

@@ -28,6 +28,7 @@ import gin
 
 from specdec_jax.decoding import sampling
 from specdec_jax.util import atomic
+from specdec_jax.util import gin_config
 from specdec_jax.train import data as data_lib
 from specdec_jax.util import flags
 from specdec_jax.util import jsonio
@@ -140,7 +141,7 @@ def distill_data(target_run: str = gin.REQUIRED,
   return summary
 
 
-distill_data = gin.configurable(distill_data)
+distill_data = gin_config.configurable(distill_data)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

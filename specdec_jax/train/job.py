@@ -50,6 +50,7 @@ from tqdm import tqdm
 
 from specdec_jax.decoding import sampling
 from specdec_jax.util import atomic
+from specdec_jax.util import gin_config
 from specdec_jax.train import data as data_lib
 from specdec_jax.util import flags
 from specdec_jax.util import jsonio
@@ -130,7 +131,7 @@ class _DevEval:
 
 # ---------------------------------------------------------------------------- main loop
 
-@gin.configurable
+@gin_config.configurable
 def train(run_dir: str = gin.REQUIRED,
           model_config=gin.REQUIRED,
           mode: str = 'target',

@@ -55,6 +55,7 @@ import gin
 import jax.numpy as jnp
 
 from specdec_jax import decoding
+from specdec_jax.util import gin_config
 from specdec_jax.util import paths
 from specdec_jax.decoding import drafters
 from specdec_jax.decoding import policies
@@ -72,7 +73,7 @@ _log = logging.getLogger(__name__)
 def _register(fn_or_cls, name: str, module: str):
   """`gin.external_configurable`, tolerating an existing registration of the same name."""
   try:
-    return gin.external_configurable(fn_or_cls, name=name, module=module)
+    return gin_config.external_configurable(fn_or_cls, name=name, module=module)
   except ValueError as e:  # e.g. a second registration under the same selector
     if 'already' not in str(e):
       raise
@@ -136,8 +137,8 @@ def demo_vocab_path() -> str:
 
 
 _register(T5Config, 'T5Config', 'network')
-gin.constant('network.float32', jnp.float32)
-gin.constant('network.bfloat16', jnp.bfloat16)
+gin_config.constant('network.float32', jnp.float32)
+gin_config.constant('network.bfloat16', jnp.bfloat16)
 _register(transformer, 'Transformer', 'network')
 _register(DecoderOnlyConfig, 'TransformerConfig', 'network')
 _register(decoder_wrapper, 'DecoderWrapper', 'network')
