@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specdec_jax import generate
+from specdec_jax import decoding, generate
+from specdec_jax.interop.t5x import decoding as t5x_decoding
 from specdec_jax.interop.t5x.decoder_only_model import SpeculativeDecoderOnlyModel
 from specdec_jax.models import decoder_only as do
 from specdec_jax.train import data as data_lib
@@ -111,8 +112,10 @@ def test_initial_variables_hold_the_draft(tiny):
 
 def test_bad_settings_are_refused(tiny):
   target, _, draft, _ = tiny
-  with pytest.raises(ValueError, match='decode_fn'):
-    make_model(tiny, decode_fn=lambda **kw: None)
+  with pytest.raises(ValueError, match='encoder-decoder speculative decode_fn'):
+    make_model(tiny, decode_fn=t5x_decoding.speculative_sample)
+  with pytest.raises(ValueError, match='t5x_decoding.temperature_sample'):
+    make_model(tiny, decode_fn=decoding.temperature_sample)
   with pytest.raises(ValueError, match='DecoderOnlyTransformer'):
     SpeculativeDecoderOnlyModel(object(), FakeVocab(size=37), None, draft_module=draft)
   with pytest.raises(ValueError, match='gamma'):
@@ -124,6 +127,37 @@ def test_bad_settings_are_refused(tiny):
     model.score_batch(model.draft_params, feats)
   with pytest.raises(ValueError, match='right format'):
     model.predict_batch_with_aux(model.draft_params, feats)
+
+
+@pytest.mark.parametrize('bidirectional,temperature', [(False, 0.0), (True, 0.0), (True, 1.0)])
+def test_a_t5x_decode_fn_is_called_as_t5x_does(tiny, bidirectional, temperature):
+  """`decode_fn=t5x_decoding.temperature_sample` (T5X's decoder-only convention: prefilled
+  cache, `initial_index`, `remove_prefix`) gives the baseline's tokens and scores, greedy
+  and sampled with the same key; `num_decodes` and `return_all_decodes` as T5X."""
+  target, params, _, _ = tiny
+  model = make_model(tiny, decode_fn=t5x_decoding.temperature_sample, temperature=temperature,
+                     inputs_bidirectional_attention=bidirectional)
+  feats, inputs = batch()
+  prompts = data_lib.pad_batch(inputs, L - 1)
+  key = jax.random.PRNGKey(3)
+  ref, ref_lp = generate.decoder_only_generate(
+      target, params, prompts, L, eos_id=1, max_length=L, temperature=temperature,
+      decode_rng=key, inputs_bidirectional_attention=bidirectional)
+  decodes, aux = model.predict_batch_with_aux(params, feats, rng=key)
+  assert set(aux) == {'scores'} and decodes.shape == (3, L)
+  np.testing.assert_array_equal(decodes, ref[:, 0])
+  np.testing.assert_allclose(aux['scores'], ref_lp[:, 0], rtol=1e-5)
+  if temperature == 0.0:  # the speculative path of the same class gives the same tokens
+    spec, _ = make_model(tiny, gamma=3, inputs_bidirectional_attention=bidirectional
+                         ).predict_batch_with_aux(params, feats)
+    np.testing.assert_array_equal(decodes, spec)
+  else:
+    all_decodes, all_aux = model.predict_batch_with_aux(
+        params, feats, rng=key, num_decodes=2, return_all_decodes=True)
+    assert all_decodes.shape == (3, 2, L) and all_aux['scores'].shape == (3, 2)
+    assert np.all(np.diff(np.asarray(all_aux['scores']), axis=1) >= 0)  # ascending, as T5X
+  with pytest.raises(ValueError, match='initial_index'):
+    model.predict_batch_with_aux(params, feats, decoder_params={'initial_index': 1})
 
 
 def test_lookup_needs_no_draft(tiny):

@@ -42,9 +42,48 @@ def unwrapped(fn):
       return fn
 
 
-def _is_static(value) -> bool:
+def is_static(value) -> bool:
   return value is None or isinstance(value, (bool, int, float, str, np.integer, np.floating,
                                              policies.DraftPolicy))
+
+
+def decode_fn_kwargs(model, decoder_params, rng) -> dict:
+  """T5X's `decoder_params` handling, plus `model`'s sampling defaults (both families).
+
+  As T5X: `rng` becomes `decode_rng` (both given is an error) and `eos_id` defaults
+  to the output vocabulary's. The model's `temperature`, `topk`, `topp`, `gamma`,
+  `rescale_log_probs`, `draft_policy`, `verification`, `drafter`, `ngram_table` and
+  `lenience` are passed too where the `decode_fn` takes them and
+  neither `decoder_params` nor a `functools.partial` around it sets them.
+  """
+  kwargs = dict(decoder_params or {})
+  if rng is not None:
+    if kwargs.get('decode_rng') is not None:
+      raise ValueError(f'Got an RNG both from the `rng` argument ({rng}) and '
+                       f"decoder_params['decode_rng'] ({kwargs['decode_rng']}); pass one "
+                       'or the other.')
+    kwargs['decode_rng'] = rng
+  kwargs.setdefault('eos_id', model.eos_id)
+  params = inspect.signature(model.decode_fn).parameters
+  takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+  bound = set()
+  fn = model.decode_fn
+  while isinstance(fn, functools.partial):
+    bound |= set(fn.keywords)
+    fn = fn.func
+  for name in ('temperature', 'topk', 'topp', 'gamma', 'rescale_log_probs', 'draft_policy',
+               'verification', 'drafter', 'ngram_table', 'lenience'):
+    if name in params and name not in kwargs and name not in bound:
+      kwargs[name] = getattr(model, name)
+  fixed = {'inputs', 'cache', 'tokens_to_logits', 'num_decodes', 'cache_offset'}
+  unknown = sorted(k for k in kwargs if k in fixed or (k not in params and not takes_any))
+  if unknown:
+    raise ValueError(f'decoder_params {unknown} are not arguments the decode_fn '
+                     f'{model.decode_fn!r} takes (or are set by predict_batch_with_aux).')
+  for key in ('eos_id', 'max_decode_steps'):
+    if isinstance(kwargs.get(key), np.integer):
+      kwargs[key] = int(kwargs[key])
+  return kwargs
 
 
 class T5XDecodeFnMixin:
@@ -53,42 +92,7 @@ class T5XDecodeFnMixin:
 
 
   def _decode_fn_kwargs(self, decoder_params, rng) -> dict:
-    """T5X's `decoder_params` handling, plus this model's sampling defaults.
-
-    As T5X: `rng` becomes `decode_rng` (both given is an error) and `eos_id` defaults
-    to the output vocabulary's. The model's `temperature`, `topk`, `topp`, `gamma`,
-    `rescale_log_probs`, `draft_policy`, `verification`, `drafter`, `ngram_table` and
-    `lenience` are passed too where the `decode_fn` takes them and
-    neither `decoder_params` nor a `functools.partial` around it sets them.
-    """
-    kwargs = dict(decoder_params or {})
-    if rng is not None:
-      if kwargs.get('decode_rng') is not None:
-        raise ValueError(f'Got an RNG both from the `rng` argument ({rng}) and '
-                         f"decoder_params['decode_rng'] ({kwargs['decode_rng']}); pass one "
-                         'or the other.')
-      kwargs['decode_rng'] = rng
-    kwargs.setdefault('eos_id', self.eos_id)
-    params = inspect.signature(self.decode_fn).parameters
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    bound = set()
-    fn = self.decode_fn
-    while isinstance(fn, functools.partial):
-      bound |= set(fn.keywords)
-      fn = fn.func
-    for name in ('temperature', 'topk', 'topp', 'gamma', 'rescale_log_probs', 'draft_policy',
-                 'verification', 'drafter', 'ngram_table', 'lenience'):
-      if name in params and name not in kwargs and name not in bound:
-        kwargs[name] = getattr(self, name)
-    fixed = {'inputs', 'cache', 'tokens_to_logits', 'num_decodes', 'cache_offset'}
-    unknown = sorted(k for k in kwargs if k in fixed or (k not in params and not takes_any))
-    if unknown:
-      raise ValueError(f'decoder_params {unknown} are not arguments the decode_fn '
-                       f'{self.decode_fn!r} takes (or are set by predict_batch_with_aux).')
-    for key in ('eos_id', 'max_decode_steps'):
-      if isinstance(kwargs.get(key), np.integer):
-        kwargs[key] = int(kwargs[key])
-    return kwargs
+    return decode_fn_kwargs(self, decoder_params, rng)
 
   def _decode_with_fn(self, params, encoder_input_tokens, decoder_input_tokens, rng,
                       decoder_params, num_decodes, prompt_with_targets):
@@ -99,7 +103,7 @@ class T5XDecodeFnMixin:
       target_params, draft_params = self.split_params(params)
       params = {**target_params, t5x_decoding.DRAFT_KEY: draft_params}
     prompt = decoder_prompt_inputs(decoder_input_tokens, kwargs['eos_id'], prompt_with_targets)
-    static = {k: v for k, v in kwargs.items() if _is_static(v)}
+    static = {k: v for k, v in kwargs.items() if is_static(v)}
     dynamic = {k: v for k, v in kwargs.items() if k not in static}
     return _run_decode_fn(self, params, jnp.asarray(encoder_input_tokens, jnp.int32), prompt,
                           dynamic, num_decodes=num_decodes,

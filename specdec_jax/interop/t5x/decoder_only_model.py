@@ -19,8 +19,12 @@ restore fills them in through `specdec_jax.interop.t5x.restore.add_draft_params`
 Both modules must be this package's `specdec_jax.models.decoder_only.DecoderOnlyTransformer`
 (gin: `@network.DecoderWrapper()` after `import specdec_jax.interop.t5x.gin_registry`): T5X's
 decoder-only param tree with the prefill and k-token cached calls speculative decoding
-needs. A custom `decode_fn` is not supported (T5X's decode_fns call the module with T5X's
-one-token cache modes).
+needs. With `decode_fn` set (e.g. `specdec_jax.interop.t5x.decoding.temperature_sample`,
+the target alone: a baseline in the same class) `predict_batch_with_aux` calls it exactly as
+T5X's `DecoderOnlyModel` calls its `decode_fn`: the prompt prefilled into our cache
+(`_compute_kv_cache`, returning `initial_index`), a one-token `tokens_to_logits`
+(`_compute_logits_from_slice`), `initial_index=`, `cache_offset=0`, then `remove_prefix`.
+T5X's own `t5x.decoding` functions need T5X's flax cache collection and do not run on ours.
 """
 
 from __future__ import annotations
@@ -36,9 +40,13 @@ import jax.numpy as jnp
 from specdec_jax import generate
 from specdec_jax.generate import compile_cache
 from specdec_jax.interop.t5x import decoding as t5x_decoding
+from specdec_jax.decoding import baseline
+from specdec_jax.generate import decoder_only as generate_decoder_only
 from specdec_jax.interop.t5x.base import DecoderOnlyBase
+from specdec_jax.interop.t5x.decode_fn import decode_fn_kwargs, is_static, unwrapped
 from specdec_jax.interop.t5x.draft_params import DraftParamsMixin
 from specdec_jax.interop.t5x.settings import SpeculativeOptionsMixin, check_settings
+from specdec_jax.models import decoder_only
 
 PyTree = Any
 DRAFT_KEY = t5x_decoding.DRAFT_KEY
@@ -72,8 +80,12 @@ class SpeculativeDecoderOnlyModel(DraftParamsMixin, SpeculativeOptionsMixin, Dec
     module: the target, a `DecoderOnlyTransformer`.
     vocabulary: the seqio vocabulary (inputs and targets).
     optimizer_def: T5X's optimizer definition; None without T5X.
-    decode_fn: must be None (speculative sampling); T5X's own decode_fns are not
-      supported (they use T5X's cache modes).
+    decode_fn: None (default) decodes with speculative sampling. Otherwise a decode_fn
+      with T5X's decoder-only calling convention (`initial_index`, a one-token
+      `tokens_to_logits` on the cache it is given), e.g.
+      `specdec_jax.interop.t5x.decoding.temperature_sample` (gin:
+      `@specdec_jax.t5x_decoding.temperature_sample`): the target alone, a baseline; aux
+      then has only `scores`.
     inputs_bidirectional_attention: prefix LM: bidirectional attention over the inputs
       region (`decoder_causal_attention`), in training, scoring and the prefill.
     feature_converter_cls: default `seqio.DecoderFeatureConverter`.
@@ -86,8 +98,10 @@ class SpeculativeDecoderOnlyModel(DraftParamsMixin, SpeculativeOptionsMixin, Dec
   'lookup+model', 'bigram', 'unigram'), `ngram_table`, `lenience`.
 
   Raises (at construction, before anything compiles):
-    ValueError: a module that is not a `DecoderOnlyTransformer`, a `decode_fn`, and the
-      settings `SpeculativeEncoderDecoderModel` checks.
+    ValueError: a module that is not a `DecoderOnlyTransformer`; a `decode_fn` that is
+      the encoder-decoder `speculative_sample` or takes our prompt layout
+      (`specdec_jax.decoding.temperature_sample`); the settings
+      `SpeculativeEncoderDecoderModel` checks.
   """
 
   def __init__(self, module, vocabulary, optimizer_def, decode_fn=None,
@@ -101,10 +115,16 @@ class SpeculativeDecoderOnlyModel(DraftParamsMixin, SpeculativeOptionsMixin, Dec
                compilation_cache: Union[None, bool, str, os.PathLike] = None,
                verification: str = 'token', drafter='model',
                ngram_table: Union[None, str, os.PathLike] = None, lenience: float = 1.0):
-    if decode_fn is not None:
-      raise ValueError('decode_fn: SpeculativeDecoderOnlyModel decodes with speculative '
-                       'sampling and takes no decode_fn (T5X\'s decode_fns need T5X\'s '
-                       'one-token cache modes); set drafter= / gamma= instead.')
+    if decode_fn is not None and unwrapped(decode_fn) is t5x_decoding.speculative_sample:
+      raise ValueError('decode_fn=specdec_jax.t5x_decoding.speculative_sample is the '
+                       'encoder-decoder speculative decode_fn; SpeculativeDecoderOnlyModel '
+                       'decodes speculatively with decode_fn=None (set drafter= / gamma=).')
+    if decode_fn is not None and unwrapped(decode_fn) is baseline.temperature_sample:
+      raise ValueError(
+          'decode_fn=specdec_jax.decoding.temperature_sample takes prompts without T5X\'s '
+          'leading BOS; a model\'s decode_fn gets T5X\'s layout. Use '
+          'specdec_jax.interop.t5x.decoding.temperature_sample (gin: '
+          '@specdec_jax.t5x_decoding.temperature_sample).')
     settings = check_settings(
         module, draft_module, require_module=_require_decoder_only_module, drafter=drafter,
         gamma=gamma, draft_policy=draft_policy, temperature=temperature, topk=topk, topp=topp,
@@ -112,7 +132,7 @@ class SpeculativeDecoderOnlyModel(DraftParamsMixin, SpeculativeOptionsMixin, Dec
         compilation_cache=compilation_cache,
         output_vocabulary=vocabulary, draft_vocabulary=draft_vocabulary)
     super().__init__(module=module, vocabulary=vocabulary, optimizer_def=optimizer_def,
-                     decode_fn=None,
+                     decode_fn=decode_fn,
                      inputs_bidirectional_attention=bool(inputs_bidirectional_attention),
                      feature_converter_cls=feature_converter_cls,
                      label_smoothing=label_smoothing, z_loss=z_loss,
@@ -217,6 +237,10 @@ class SpeculativeDecoderOnlyModel(DraftParamsMixin, SpeculativeOptionsMixin, Dec
     inputs = (jnp.asarray(batch['decoder_input_tokens'], jnp.int32) *
               jnp.asarray(batch['decoder_causal_attention'], jnp.int32))
     length = int(jnp.shape(inputs)[1])
+    if self.decode_fn is not None:
+      return self._predict_with_decode_fn(params, inputs, batch['decoder_causal_attention'],
+                                          rng, return_all_decodes, num_decodes,
+                                          decoder_params)
     opts = self._decoding_options(decoder_params, rng)
     if generate.needs_draft_model(self.drafter):
       target_params, draft_params = self.split_params(params)
@@ -238,3 +262,67 @@ class SpeculativeDecoderOnlyModel(DraftParamsMixin, SpeculativeOptionsMixin, Dec
     if return_all_decodes:
       return decodes, aux
     return decodes[:, -1, :], {k: v[:, -1] for k, v in aux.items()}
+
+  # ------------------------------------------------- a user-set decode_fn, as T5X calls it
+
+  def _compute_kv_cache(self, params: PyTree, inputs: jnp.ndarray,
+                        causal_attention_mask: jnp.ndarray):
+    """The prompt prefilled into our target cache (T5X `DecoderOnlyModel._compute_kv_cache`).
+
+    Args:
+      params: target params (a `'draft'` subtree is ignored).
+      inputs: int `[batch, L]`, `[0, x_1 … x_m, 0 …]` per row.
+      causal_attention_mask: int `[batch, L]`, 1 on positions 0 … m.
+    Returns:
+      `(cache, initial_index [batch] int32)`: L slots, valid below `initial_index = m`
+      (as T5X: position m, the last prompt token, is fed by the decode loop).
+    """
+    target_params, _ = t5x_decoding.split_draft_params(params)
+    return decoder_only.prefill_cache(
+        self.module, target_params, inputs, int(jnp.shape(inputs)[1]),
+        causal_attention_mask=jnp.asarray(causal_attention_mask, jnp.int32),
+        inputs_bidirectional_attention=self._inputs_bidirectional_attention)
+
+  def _compute_logits_from_slice(self, decoding_state, params: PyTree,
+                                 max_decode_length: int):
+    """One token per row: `(logits [B', vocab], new cache)` (T5X's signature), from
+    `decoding_state.cur_token [B', 1]` at `decoding_state.cur_index [B']`."""
+    del max_decode_length  # the cache has its slots already
+    target_params, _ = t5x_decoding.split_draft_params(params)
+    logits, cache = self.module.apply(
+        {'params': target_params}, decoding_state.cur_token, decoding_state.cur_index,
+        decoding_state.cache, method=decoder_only.DecoderOnlyTransformer.decode_step)
+    return logits[:, 0], cache
+
+  def _predict_with_decode_fn(self, params, inputs, causal_attention_mask, rng,
+                              return_all_decodes, num_decodes, decoder_params):
+    """T5X `DecoderOnlyModel.predict_batch_with_aux` with `self.decode_fn`, one jit."""
+    kwargs = decode_fn_kwargs(self, decoder_params, rng)
+    if 'initial_index' in kwargs:
+      raise ValueError('decoder_params: initial_index is set by predict_batch_with_aux '
+                       '(each row\'s prompt length).')
+    static = {k: v for k, v in kwargs.items() if is_static(v)}
+    dynamic = {k: v for k, v in kwargs.items() if k not in static}
+    decodes, scores = _run_decoder_only_decode_fn(
+        self, params, inputs, jnp.asarray(causal_attention_mask, jnp.int32), dynamic,
+        num_decodes=num_decodes, static_kwargs=tuple(sorted(static.items())))
+    if return_all_decodes:
+      return decodes, {'scores': scores}
+    return decodes[:, -1, :], {'scores': scores[:, -1]}
+
+  def _call_decode_fn(self, params, inputs, causal_attention_mask, num_decodes, kwargs):
+    cache, initial_index = self._compute_kv_cache(params, inputs, causal_attention_mask)
+    length = inputs.shape[1]
+    tokens_ids_to_logits = functools.partial(self._compute_logits_from_slice, params=params,
+                                             max_decode_length=length)
+    decodes, scores = self.decode_fn(
+        inputs=inputs, cache=cache, tokens_to_logits=tokens_ids_to_logits,
+        num_decodes=num_decodes, initial_index=initial_index, cache_offset=0, **kwargs)
+    return generate_decoder_only.remove_prefix(decodes, initial_index, length), scores
+
+
+@functools.partial(jax.jit, static_argnames=('model', 'num_decodes', 'static_kwargs'))
+def _run_decoder_only_decode_fn(model, params, inputs, causal_attention_mask, dynamic_kwargs,
+                                *, num_decodes, static_kwargs):
+  return model._call_decode_fn(params, inputs, causal_attention_mask, num_decodes,  # pylint: disable=protected-access
+                               {**dict(static_kwargs), **dynamic_kwargs})
