@@ -331,6 +331,10 @@ def test_a_garbage_chunk_or_edited_zarray_is_damaged_not_a_misfit(tmp_path):
   chunk.write_bytes(b'\0' * chunk.stat().st_size)  # same size, garbage
   with pytest.raises(checkpoints.DamagedCheckpoint, match='encoder/a/kernel cannot be read'):
     checkpoints.load_t5x_checkpoint(root)
+  # The same when each shard is read on its own (`shardings=`, the mesh path).
+  one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  with pytest.raises(checkpoints.DamagedCheckpoint, match='encoder/a/kernel cannot be read'):
+    checkpoints.load_t5x_checkpoint(root, shardings=one_device)
   root2 = _legacy(tmp_path / 'b')
   zarray = root2 / 'checkpoint_1' / 'target.encoder.a.kernel' / '.zarray'
   zarray.write_text(zarray.read_text().replace('[4,6]', '[4,5]', 1))

@@ -193,9 +193,13 @@ def read_msgpack(msgpack_path: str, subtree: str | None, array_metadata=None,
 
   # 3. Read.
   if sharding_of is not None:
-    return tree_lib.unflatten([(path, _read_sharded(opened.get(i), leaf, sharding_of(path),
-                                                    dtype))
-                               for i, (path, leaf) in enumerate(items)])
+    out = []
+    for i, (path, leaf) in enumerate(items):
+      try:
+        out.append((path, _read_sharded(opened.get(i), leaf, sharding_of(path), dtype)))
+      except ValueError as e:  # a chunk cut short or overwritten, read shard by shard
+        raise integrity.as_damage(e, '/'.join(path), where) from e
+    return tree_lib.unflatten(out)
   reads = {i: store.read() for i, store in opened.items()}
   out = []
   for i, (path, leaf) in enumerate(items):
