@@ -23,7 +23,9 @@ For two tiny configs (gated-gelu with `logits_dense`; relu with `logits_via_embe
      `decoder_only_generate(..., max_decode_len=L, max_length=L)` and
      `decoder_only_speculative_generate(..., gamma)` with a random tiny draft: the
      decodes must be equal token for token. T5X's `aux['scores']` vs our log-probs is
-     reported (informational).
+     reported (informational). So must our `SpeculativeDecoderOnlyModel(decode_fn=
+     specdec_jax.interop.t5x.decoding.temperature_sample).predict_batch_with_aux` on the
+     same batch (`model_class_decode_fn_vs_t5x`).
   d. scores: T5X's `DecoderOnlyModel.score_batch` vs the score from our module's logits
      (`models.family.forward`, log-softmax at the targets, times `decoder_loss_weights`).
   e. features: our `train.data.make_prefix_lm_features` vs seqio's DecoderFeatureConverter
@@ -58,6 +60,8 @@ from specdec_jax.generate.decoder_only import decoder_only_generate  # noqa: E40
 from specdec_jax.generate.decoder_only import decoder_only_speculative_generate  # noqa: E402
 from specdec_jax.models import decoder_only as do  # noqa: E402
 from specdec_jax.models import family  # noqa: E402
+from specdec_jax.interop.t5x import decoding as t5x_decoding  # noqa: E402
+from specdec_jax.interop.t5x.decoder_only_model import SpeculativeDecoderOnlyModel  # noqa: E402
 from specdec_jax.models.config import DecoderOnlyConfig  # noqa: E402
 from specdec_jax.train import data as data_lib  # noqa: E402
 
@@ -280,6 +284,19 @@ def check_model(t5x, t5x_cfg, network, model, t_params, drafts, batch, bidirecti
     if not r['equal']:
       r['ours_decodes'] = spec.tolist()
     out[f'speculative_vs_t5x[{draft_name}]'] = r
+  # c'. Our T5X model class with a user-set decode_fn, called as T5X's DecoderOnlyModel
+  #     calls it (our prefilled cache, initial_index, remove_prefix).
+  ours_model = SpeculativeDecoderOnlyModel(
+      model, t5x_model.output_vocabulary, None, decode_fn=t5x_decoding.temperature_sample,
+      inputs_bidirectional_attention=bidirectional, eos_id=EOS_ID)
+  d_decodes, d_aux = ours_model.predict_batch_with_aux(ours_params, jbatch,
+                                                       decoder_params={'temperature': 0.0})
+  r = compare_decodes(t_decodes, d_decodes)
+  r['scores_max_abs_diff (informational)'] = float(
+      np.abs(t_scores - np.asarray(d_aux['scores'])).max())
+  if not r['equal']:
+    r['ours_decodes'] = np.asarray(d_decodes).tolist()
+  out['model_class_decode_fn_vs_t5x'] = r
   # d. score_batch vs our module's logits.
   score_batch = dict(jbatch)
   if not bidirectional:
@@ -439,7 +456,8 @@ def main(argv=None) -> int:
         r = check_model(t5x, t5x_cfg, network, model, params, drafts, batch, bidirectional,
                         args.gamma)
         res[key] = r
-        for which in [k for k in r if k.startswith(('baseline_vs', 'speculative_vs'))]:
+        for which in [k for k in r if k.startswith(('baseline_vs', 'speculative_vs',
+                                                    'model_class_decode_fn_vs'))]:
           if not r[which]['equal']:
             failures.append(f'{name}: c. {key} {which} '
                             f'({r[which]["mismatched_positions"]} positions differ)')

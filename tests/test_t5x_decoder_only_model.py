@@ -158,6 +158,15 @@ def test_a_t5x_decode_fn_is_called_as_t5x_does(tiny, bidirectional, temperature)
     assert np.all(np.diff(np.asarray(all_aux['scores']), axis=1) >= 0)  # ascending, as T5X
   with pytest.raises(ValueError, match='initial_index'):
     model.predict_batch_with_aux(params, feats, decoder_params={'initial_index': 1})
+  # The target alone needs no draft module; the speculative class without one refuses.
+  alone = SpeculativeDecoderOnlyModel(target, FakeVocab(size=37), None,
+                                      decode_fn=t5x_decoding.temperature_sample,
+                                      temperature=temperature,
+                                      inputs_bidirectional_attention=bidirectional)
+  np.testing.assert_array_equal(alone.predict_batch_with_aux(params, feats, rng=key)[0],
+                                decodes)
+  with pytest.raises(ValueError, match='draft_module'):
+    SpeculativeDecoderOnlyModel(target, FakeVocab(size=37), None)
 
 
 def test_lookup_needs_no_draft(tiny):

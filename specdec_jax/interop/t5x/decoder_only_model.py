@@ -129,7 +129,7 @@ class SpeculativeDecoderOnlyModel(DraftParamsMixin, SpeculativeOptionsMixin, Dec
         module, draft_module, require_module=_require_decoder_only_module, drafter=drafter,
         gamma=gamma, draft_policy=draft_policy, temperature=temperature, topk=topk, topp=topp,
         verification=verification, lenience=lenience, ngram_table=ngram_table, eos_id=eos_id,
-        compilation_cache=compilation_cache,
+        compilation_cache=compilation_cache, decode_fn=decode_fn,
         output_vocabulary=vocabulary, draft_vocabulary=draft_vocabulary)
     super().__init__(module=module, vocabulary=vocabulary, optimizer_def=optimizer_def,
                      decode_fn=decode_fn,

@@ -161,7 +161,7 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Specula
         module, draft_module, require_module=_require_t5_module, drafter=drafter,
         gamma=gamma, draft_policy=draft_policy, temperature=temperature, topk=topk, topp=topp,
         verification=verification, lenience=lenience, ngram_table=ngram_table, eos_id=eos_id,
-        compilation_cache=compilation_cache,
+        compilation_cache=compilation_cache, decode_fn=decode_fn,
         output_vocabulary=output_vocabulary, draft_vocabulary=draft_vocabulary,
         input_vocabulary=input_vocabulary)
     super().__init__(module=module, input_vocabulary=input_vocabulary,

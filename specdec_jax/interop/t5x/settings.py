@@ -21,6 +21,8 @@ from specdec_jax.decoding import drafters as drafters_lib
 from specdec_jax.decoding import policies
 from specdec_jax.decoding import sampling
 from specdec_jax.drafters import tables
+from specdec_jax.interop.t5x import decoding as t5x_decoding
+from specdec_jax.interop.t5x.decode_fn import unwrapped as _unwrapped
 from specdec_jax.interop.t5x.vocab import check_vocabularies_match
 
 # Keys of `decoder_params` that the speculative `predict_batch_with_aux` understands.
@@ -31,11 +33,13 @@ DECODER_PARAM_KEYS = ('temperature', 'topk', 'topp', 'max_decode_steps', 'decode
 def check_settings(module, draft_module, *, require_module: Callable, drafter, gamma,
                    draft_policy, temperature, topk, topp, verification, lenience,
                    ngram_table, eos_id, output_vocabulary, draft_vocabulary,
-                   input_vocabulary=None, compilation_cache=None) -> dict[str, Any]:
+                   input_vocabulary=None, compilation_cache=None,
+                   decode_fn=None) -> dict[str, Any]:
   """Checks a model class's speculative settings; returns them normalised.
 
   Args:
-    module, draft_module: the target and the draft (None for a model-free drafter).
+    module, draft_module: the target and the draft (None for a model-free drafter, or
+      with a `decode_fn` other than `t5x_decoding.speculative_sample`: the target alone).
     require_module: `fn(module, name)` raising ValueError unless the module is of the
       class's family.
     Others: the constructor arguments of the same names.
@@ -50,7 +54,9 @@ def check_settings(module, draft_module, *, require_module: Callable, drafter, g
     spec = generate.resolve_drafter(drafter)
   except ValueError as e:
     raise ValueError(f'drafter: {e}') from e
-  if generate.needs_draft_model(spec) or draft_module is not None:
+  target_alone = (decode_fn is not None and draft_module is None and
+                  _unwrapped(decode_fn) is not t5x_decoding.speculative_sample)
+  if (generate.needs_draft_model(spec) and not target_alone) or draft_module is not None:
     require_module(draft_module, 'draft_module')
   gamma = sampling.check_int('gamma (γ, draft tokens per round)', gamma, 1)
   try:
