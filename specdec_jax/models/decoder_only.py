@@ -158,11 +158,13 @@ class Decoder(nn.Module):
 
   def prefill(self, tokens, mask, cache: SelfAttentionCache) -> SelfAttentionCache:
     _, kv = self._full(tokens, mask, True)
-    zeros = jnp.zeros((tokens.shape[0],), jnp.int32)
-    new_k = tuple(_write_rows(c, k, zeros).reshape(c.shape) for c, (k, _) in
-                  zip(cache.self_k, kv))
-    new_v = tuple(_write_rows(c, v, zeros).reshape(c.shape) for c, (_, v) in
-                  zip(cache.self_v, kv))
+    # Every row writes slots 0 … P − 1: one slice update at a static offset per array
+    # (`[B, P, H, D]` → `[B, H, P, D]`), not a per-row scatter (XLA:CPU loops over a
+    # scatter's rows; the prefill is on the critical path of every decode).
+    write = lambda c, x: jax.lax.dynamic_update_slice(
+        c, jnp.swapaxes(x, 1, 2).astype(c.dtype), (0, 0, 0, 0))
+    new_k = tuple(write(c, k) for c, (k, _) in zip(cache.self_k, kv))
+    new_v = tuple(write(c, v) for c, (_, v) in zip(cache.self_v, kv))
     return cache.replace(self_k=new_k, self_v=new_v)
 
   def step(self, tokens, lengths, cache: SelfAttentionCache):
