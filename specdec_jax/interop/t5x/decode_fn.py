@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specdec_jax.decoding import baseline
 from specdec_jax.decoding import policies
 from specdec_jax.interop.t5x import decoding as t5x_decoding
 from specdec_jax.models import t5
@@ -45,6 +46,21 @@ def unwrapped(fn):
 def is_static(value) -> bool:
   return value is None or isinstance(value, (bool, int, float, str, np.integer, np.floating,
                                              policies.DraftPolicy))
+
+
+def check_layout(decode_fn) -> None:
+  """Refuses `specdec_jax.decoding.temperature_sample` as a model's `decode_fn`.
+
+  Raises:
+    ValueError: it takes prompts without T5X's leading BOS; the message names the
+      T5X-layout function to bind instead.
+  """
+  if decode_fn is not None and unwrapped(decode_fn) is baseline.temperature_sample:
+    raise ValueError(
+        'decode_fn=specdec_jax.decoding.temperature_sample takes prompts without T5X\'s '
+        'leading BOS; a model\'s decode_fn gets T5X\'s layout. Use '
+        'specdec_jax.interop.t5x.decoding.temperature_sample (gin: '
+        '@specdec_jax.t5x_decoding.temperature_sample).')
 
 
 def decode_fn_kwargs(model, decoder_params, rng) -> dict:

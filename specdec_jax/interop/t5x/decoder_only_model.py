@@ -40,10 +40,9 @@ import jax.numpy as jnp
 from specdec_jax import generate
 from specdec_jax.generate import compile_cache
 from specdec_jax.interop.t5x import decoding as t5x_decoding
-from specdec_jax.decoding import baseline
 from specdec_jax.generate import decoder_only as generate_decoder_only
 from specdec_jax.interop.t5x.base import DecoderOnlyBase
-from specdec_jax.interop.t5x.decode_fn import decode_fn_kwargs, is_static, unwrapped
+from specdec_jax.interop.t5x.decode_fn import check_layout, decode_fn_kwargs, is_static, unwrapped
 from specdec_jax.interop.t5x.draft_params import DraftParamsMixin
 from specdec_jax.interop.t5x.settings import SpeculativeOptionsMixin, check_settings
 from specdec_jax.models import decoder_only
@@ -119,12 +118,7 @@ class SpeculativeDecoderOnlyModel(DraftParamsMixin, SpeculativeOptionsMixin, Dec
       raise ValueError('decode_fn=specdec_jax.t5x_decoding.speculative_sample is the '
                        'encoder-decoder speculative decode_fn; SpeculativeDecoderOnlyModel '
                        'decodes speculatively with decode_fn=None (set drafter= / gamma=).')
-    if decode_fn is not None and unwrapped(decode_fn) is baseline.temperature_sample:
-      raise ValueError(
-          'decode_fn=specdec_jax.decoding.temperature_sample takes prompts without T5X\'s '
-          'leading BOS; a model\'s decode_fn gets T5X\'s layout. Use '
-          'specdec_jax.interop.t5x.decoding.temperature_sample (gin: '
-          '@specdec_jax.t5x_decoding.temperature_sample).')
+    check_layout(decode_fn)
     settings = check_settings(
         module, draft_module, require_module=_require_decoder_only_module, drafter=drafter,
         gamma=gamma, draft_policy=draft_policy, temperature=temperature, topk=topk, topp=topp,

@@ -44,9 +44,8 @@ import jax.numpy as jnp
 
 from specdec_jax import generate
 from specdec_jax.generate import compile_cache
-from specdec_jax.decoding import baseline
 from specdec_jax.interop.t5x import decoding as t5x_decoding
-from specdec_jax.interop.t5x.decode_fn import T5XDecodeFnMixin, unwrapped
+from specdec_jax.interop.t5x.decode_fn import T5XDecodeFnMixin, check_layout
 from specdec_jax.interop.t5x.draft_params import DraftParamsMixin
 from specdec_jax.interop.t5x.base import HAS_T5X, Base, DecoderParams, StandaloneEncoderDecoderModel  # noqa: F401
 from specdec_jax.interop.t5x.features import PACKING_KEYS, check_batch, decoder_prompt_inputs, t5x_prompt_to_ours
@@ -151,12 +150,7 @@ class SpeculativeEncoderDecoderModel(DraftParamsMixin, T5XDecodeFnMixin, Specula
                compilation_cache: Union[None, bool, str, os.PathLike] = None,
                verification: str = 'token', drafter='model',
                ngram_table: Union[None, str, os.PathLike] = None, lenience: float = 1.0):
-    if decode_fn is not None and unwrapped(decode_fn) is baseline.temperature_sample:
-      raise ValueError(
-          'decode_fn=specdec_jax.decoding.temperature_sample takes prompts without T5X\'s '
-          'leading BOS; a model\'s decode_fn gets T5X\'s layout. Use '
-          'specdec_jax.interop.t5x.decoding.temperature_sample (gin: '
-          '@specdec_jax.t5x_decoding.temperature_sample).')
+    check_layout(decode_fn)
     settings = check_settings(
         module, draft_module, require_module=_require_t5_module, drafter=drafter,
         gamma=gamma, draft_policy=draft_policy, temperature=temperature, topk=topk, topp=topp,
