@@ -158,6 +158,9 @@ def test_a_t5x_decode_fn_is_called_as_t5x_does(tiny, bidirectional, temperature)
     assert np.all(np.diff(np.asarray(all_aux['scores']), axis=1) >= 0)  # ascending, as T5X
   with pytest.raises(ValueError, match='initial_index'):
     model.predict_batch_with_aux(params, feats, decoder_params={'initial_index': 1})
+  with pytest.raises(ValueError, match='logit_callback_fn is not supported'):
+    model.predict_batch_with_aux(params, feats,
+                                 decoder_params={'logit_callback_fn': lambda l, s: l})
   # The target alone needs no draft module; the speculative class without one refuses.
   alone = SpeculativeDecoderOnlyModel(target, FakeVocab(size=37), None,
                                       decode_fn=t5x_decoding.temperature_sample,

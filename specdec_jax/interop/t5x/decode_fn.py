@@ -44,8 +44,11 @@ def unwrapped(fn):
 
 
 def is_static(value) -> bool:
-  return value is None or isinstance(value, (bool, int, float, str, np.integer, np.floating,
-                                             policies.DraftPolicy))
+  """Whether a `decoder_params` value goes into the jit as a static argument: Python
+  scalars, strings, draft policies and functions (e.g. a `logit_callback_fn`, which the
+  decode_fn then accepts or refuses by name), not arrays."""
+  return value is None or callable(value) or isinstance(
+      value, (bool, int, float, str, np.integer, np.floating, policies.DraftPolicy))
 
 
 def check_layout(decode_fn) -> None:
