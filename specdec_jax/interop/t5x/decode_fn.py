@@ -26,10 +26,18 @@ from specdec_jax.interop.t5x.features import decoder_prompt_inputs
 
 
 @functools.partial(jax.jit, static_argnames=('model', 'num_decodes', 'static_kwargs'))
-def _run_decode_fn(model, params, encoder_input_tokens, prompt, dynamic_kwargs, *,
-                   num_decodes, static_kwargs):
-  return model._call_decode_fn(params, encoder_input_tokens, prompt, num_decodes,  # pylint: disable=protected-access
+def _jitted_decode_fn(model, params, arrays, dynamic_kwargs, *, num_decodes, static_kwargs):
+  return model._call_decode_fn(params, *arrays, num_decodes,  # pylint: disable=protected-access
                                {**dict(static_kwargs), **dynamic_kwargs})
+
+
+def run_decode_fn(model, params, arrays: tuple, kwargs: dict, num_decodes: int):
+  """`model._call_decode_fn(params, *arrays, num_decodes, kwargs)` in one jit (both
+  families): `kwargs` values that `is_static` go in as static arguments, the rest traced."""
+  static = {k: v for k, v in kwargs.items() if is_static(v)}
+  dynamic = {k: v for k, v in kwargs.items() if k not in static}
+  return _jitted_decode_fn(model, params, arrays, dynamic, num_decodes=num_decodes,
+                           static_kwargs=tuple(sorted(static.items())))
 
 
 def unwrapped(fn):
@@ -122,11 +130,8 @@ class T5XDecodeFnMixin:
       target_params, draft_params = self.split_params(params)
       params = {**target_params, t5x_decoding.DRAFT_KEY: draft_params}
     prompt = decoder_prompt_inputs(decoder_input_tokens, kwargs['eos_id'], prompt_with_targets)
-    static = {k: v for k, v in kwargs.items() if is_static(v)}
-    dynamic = {k: v for k, v in kwargs.items() if k not in static}
-    return _run_decode_fn(self, params, jnp.asarray(encoder_input_tokens, jnp.int32), prompt,
-                          dynamic, num_decodes=num_decodes,
-                          static_kwargs=tuple(sorted(static.items())))
+    return run_decode_fn(self, params, (jnp.asarray(encoder_input_tokens, jnp.int32), prompt),
+                         kwargs, num_decodes)
 
   def _call_decode_fn(self, params, encoder_input_tokens, prompt, num_decodes, kwargs):
     """T5X `EncoderDecoderModel.predict_batch_with_aux`'s decode_fn call, on our cache."""

@@ -42,7 +42,7 @@ from specdec_jax.generate import compile_cache
 from specdec_jax.interop.t5x import decoding as t5x_decoding
 from specdec_jax.generate import decoder_only as generate_decoder_only
 from specdec_jax.interop.t5x.base import DecoderOnlyBase
-from specdec_jax.interop.t5x.decode_fn import check_layout, decode_fn_kwargs, is_static, unwrapped
+from specdec_jax.interop.t5x.decode_fn import check_layout, decode_fn_kwargs, run_decode_fn, unwrapped
 from specdec_jax.interop.t5x.draft_params import DraftParamsMixin
 from specdec_jax.interop.t5x.settings import SpeculativeOptionsMixin, check_settings
 from specdec_jax.models import decoder_only
@@ -295,11 +295,9 @@ class SpeculativeDecoderOnlyModel(DraftParamsMixin, SpeculativeOptionsMixin, Dec
     if 'initial_index' in kwargs:
       raise ValueError('decoder_params: initial_index is set by predict_batch_with_aux '
                        '(each row\'s prompt length).')
-    static = {k: v for k, v in kwargs.items() if is_static(v)}
-    dynamic = {k: v for k, v in kwargs.items() if k not in static}
-    decodes, scores = _run_decoder_only_decode_fn(
-        self, params, inputs, jnp.asarray(causal_attention_mask, jnp.int32), dynamic,
-        num_decodes=num_decodes, static_kwargs=tuple(sorted(static.items())))
+    decodes, scores = run_decode_fn(
+        self, params, (inputs, jnp.asarray(causal_attention_mask, jnp.int32)), kwargs,
+        num_decodes)
     if return_all_decodes:
       return decodes, {'scores': scores}
     return decodes[:, -1, :], {'scores': scores[:, -1]}
@@ -313,10 +311,3 @@ class SpeculativeDecoderOnlyModel(DraftParamsMixin, SpeculativeOptionsMixin, Dec
         inputs=inputs, cache=cache, tokens_to_logits=tokens_ids_to_logits,
         num_decodes=num_decodes, initial_index=initial_index, cache_offset=0, **kwargs)
     return generate_decoder_only.remove_prefix(decodes, initial_index, length), scores
-
-
-@functools.partial(jax.jit, static_argnames=('model', 'num_decodes', 'static_kwargs'))
-def _run_decoder_only_decode_fn(model, params, inputs, causal_attention_mask, dynamic_kwargs,
-                                *, num_decodes, static_kwargs):
-  return model._call_decode_fn(params, inputs, causal_attention_mask, num_decodes,  # pylint: disable=protected-access
-                               {**dict(static_kwargs), **dynamic_kwargs})
