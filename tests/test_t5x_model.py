@@ -169,6 +169,12 @@ def test_decoder_params_errors(pair, model):
     model.predict_batch_with_aux(pair.params, batch, decoder_params={'topk': 5, 'topp': 0.9})
   with pytest.raises(ValueError, match='gamma'):
     model.predict_batch_with_aux(pair.params, batch, decoder_params={'gamma': 0})
+  # One of topk / topp from the constructor, the other from decoder_params: the message
+  # names both sources and the fix (raised before any compilation).
+  topk_model = make_model(pair, gamma=3, topk=5)
+  with pytest.raises(ValueError, match=r"decoder_params\['topp'\]=0.9 conflicts with the "
+                     r"model's topk=5 \(set by its constructor or gin\).*decoder_params\['topk'\]=0"):
+    topk_model.predict_batch_with_aux(pair.params, batch, decoder_params={'topp': 0.9})
   with pytest.raises(ValueError, match='lacks'):
     model.predict_batch_with_aux(pair.params, {'encoder_input_tokens': ENC})
 

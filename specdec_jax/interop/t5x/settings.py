@@ -102,6 +102,24 @@ def check_settings(module, draft_module, *, require_module: Callable, drafter, g
           'lenience': lenience, 'ngram_table': table, 'eos_id': int(eos_id)}
 
 
+def _check_topk_topp_sources(options: dict, decoder_params: dict) -> None:
+  """Raises ValueError when one of `topk` / `topp` comes from `decoder_params` and the other,
+  also non-zero, from the model's constructor (gin), naming where each came from.
+
+  Both from the same place are left to `sampling.validate_sampling_args`' message.
+  """
+  topk, topp = options['topk'], options['topp']
+  if not (topk and isinstance(topp, (int, float)) and topp):
+    return
+  if ('topk' in decoder_params) == ('topp' in decoder_params):
+    return
+  given, kept = ('topk', 'topp') if 'topk' in decoder_params else ('topp', 'topk')
+  raise ValueError(
+      f"decoder_params['{given}']={options[given]!r} conflicts with the model's {kept}="
+      f'{options[kept]!r} (set by its constructor or gin): at most one of topk and topp may be '
+      f"non-zero. Pass decoder_params['{kept}']=0 with it, or set the model's {kept} to 0.")
+
+
 class SpeculativeOptionsMixin:
   """A decode's options from the model's defaults and a call's `decoder_params` (needs
   `temperature`, `topk`, `topp`, `eos_id`, `gamma`, `rescale_log_probs`, `module`,
@@ -136,6 +154,7 @@ class SpeculativeOptionsMixin:
                        f"decoder_params['decode_rng'] ({decoder_params['decode_rng']}); pass "
                        'one or the other.')
     options.update(decoder_params)
+    _check_topk_topp_sources(options, decoder_params)
     if rng is not None:
       options['decode_rng'] = rng
     if isinstance(options['max_decode_steps'], (np.integer,)):
