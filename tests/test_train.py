@@ -1,5 +1,6 @@
 """Fast tests of the vocabulary, data pipeline and training step (well under a minute)."""
 
+import json
 import pathlib
 
 import gin
@@ -374,6 +375,35 @@ def test_dataset_from_several_target_files(tmp_path):
                           targets_path=(tmp_path / 'a.ids', tmp_path / 'short.ids'))
   with pytest.raises(ValueError, match='empty sequence'):
     data_lib.load_dataset(sp, 'toy/train', data_dir=root, targets_path=())
+
+
+def test_dataset_truncated_targets(tmp_path):
+  # Lines that reached the distillation decoder's max_decode_len (3 here, per the file's
+  # summary) are kept, dropped or replaced by the gold target; other lines are untouched.
+  sp = vocabulary.load_processor(SHIPPED_VOCAB)
+  root = _tiny_split(tmp_path)
+  ids = tmp_path / 'd.ids'
+  ids.write_text('5 6\n7 7 7\n8\n9 9 9\n10\n11 12\n')
+  kw = dict(batch_size=4, buckets=(32,), data_dir=root, targets_path=ids)
+  with pytest.raises(ValueError, match='needs its summary'):
+    data_lib.load_dataset(sp, 'toy/train', truncated_targets='gold', **kw)
+  (tmp_path / 'd.ids.summary.json').write_text(json.dumps({'max_decode_len': 3}))
+  keep = data_lib.load_dataset(sp, 'toy/train', **kw)
+  assert keep.targets[1] == [7, 7, 7, 1] and len(keep.targets) == 6
+  drop = data_lib.load_dataset(sp, 'toy/train', truncated_targets='drop', **kw)
+  assert drop.targets == [keep.targets[i] for i in (0, 2, 4, 5)]
+  assert drop.inputs == [keep.inputs[i] for i in (0, 2, 4, 5)]
+  gold = data_lib.load_dataset(sp, 'toy/train', truncated_targets='gold', **kw)
+  _, tgt = data_lib.read_parallel('toy/train', root)
+  golds = data_lib.encode_targets(sp, tgt)
+  assert gold.inputs == keep.inputs
+  assert gold.targets == [keep.targets[0], golds[1], keep.targets[2], golds[3],
+                          keep.targets[4], keep.targets[5]]
+  with pytest.raises(ValueError, match="truncated_targets must be one of"):
+    data_lib.load_dataset(sp, 'toy/train', truncated_targets='replace', **kw)
+  with pytest.raises(ValueError, match='gold targets are never truncated'):
+    data_lib.load_dataset(sp, 'toy/train', batch_size=4, buckets=(32,), data_dir=root,
+                          truncated_targets='drop')
 
 
 def test_dataset_subword_regularisation(tmp_path, monkeypatch):

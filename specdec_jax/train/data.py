@@ -19,6 +19,7 @@ all-zero rows (zero loss weight) so shapes stay fixed and no example is dropped.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 from typing import Iterator, Sequence
@@ -181,6 +182,23 @@ class BucketedDataset:
       yield feats
 
 
+TRUNCATED_TARGETS = ('keep', 'drop', 'gold')
+
+
+def _decode_limit(path) -> int:
+  """The `max_decode_len` a distillation file was decoded with (its `.summary.json`)."""
+  summary = pathlib.Path(str(path) + '.summary.json')
+  try:
+    value = json.loads(summary.read_text(encoding='utf-8'))['max_decode_len']
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ValueError(f'targets_path {path}: truncated_targets needs its summary {summary} '
+                     f"(written by distill_data) with max_decode_len ({e}); regenerate the "
+                     "file or use truncated_targets='keep'.") from None
+  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    raise ValueError(f'{summary}: max_decode_len must be a positive int, got {value!r}.')
+  return value
+
+
 def read_target_ids(path: str | os.PathLike) -> list[list[int]]:
   """Token-id lines (space-separated ints, EOS excluded) as written by `specdec_jax.train.distill_data`."""
   lines = pathlib.Path(path).read_text(encoding='utf-8').splitlines()
@@ -201,7 +219,8 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
                  subword_cache: str | os.PathLike | None = None,
                  source_suffix: str = 'en', target_suffix: str = 'de',
                  input_prefix: str = TRANSLATE_PREFIX,
-                 decoder_only: str | None = None) -> BucketedDataset:
+                 decoder_only: str | None = None,
+                 truncated_targets: str = 'keep') -> BucketedDataset:
   """Reads, tokenizes and buckets a line-aligned split (default: shared-data EN→DE).
 
   `decoder_only` ('prefix_lm' or 'causal') makes decoder-only features
@@ -216,6 +235,12 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
   the gold German side (EOS appended here). A sequence of such files (e.g. the
   target's greedy and its sampled outputs) gives one example per source and file:
   the sources are repeated once per file, and an epoch covers all of them.
+  `truncated_targets` says what happens to a line that reached its decoder's
+  `max_decode_len` (read from the `<file>.summary.json` that `distill_data` writes beside
+  it: such a line is a repetition loop cut off, with no EOS): 'keep' (the default; a draft
+  should imitate its target, loops included), 'drop' (the pair is left out) or 'gold' (the
+  split's gold target replaces it: sequence-level distillation of a new target, which should
+  not learn its teacher's loops).
 
   With `subword_samples = K > 0` (gold targets only) each pair appears K times, each time
   with both sides segmented by a sample from the SentencePiece model
@@ -227,11 +252,18 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
 
   Raises:
     ValueError: a `targets_path` file has a different number of lines than the split,
-      or the sequence is empty; `subword_samples` < 0, `subword_alpha` <= 0, or
+      or the sequence is empty; `truncated_targets` not 'keep' / 'drop' / 'gold', or not
+      'keep' for a file without its summary (or for gold targets); `subword_samples` < 0, `subword_alpha` <= 0, or
       `subword_samples` with `targets_path` (token ids cannot be re-segmented); a
       `subword_cache` written with other settings or for another split.
   """
   subword.check_args(subword_samples, subword_alpha, targets_path)
+  if truncated_targets not in TRUNCATED_TARGETS:
+    raise ValueError(f'truncated_targets must be one of {TRUNCATED_TARGETS}, got '
+                     f'{truncated_targets!r}.')
+  if truncated_targets != 'keep' and targets_path is None:
+    raise ValueError(f'truncated_targets={truncated_targets!r} applies to distillation '
+                     "files (targets_path); the gold targets are never truncated: use 'keep'.")
   src, tgt = read_parallel(split, data_dir, source_suffix, target_suffix, limit=limit)
   if subword_samples:
     inputs, targets = subword.segmented_pairs(
@@ -250,6 +282,7 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
                      'or None for the gold targets.')
   inputs, targets = [], []
   encoded = encode_inputs(processor, src, input_prefix)
+  gold = encode_targets(processor, tgt) if truncated_targets == 'gold' else None
   for path in paths:
     ids = read_target_ids(path)
     if limit is not None:
@@ -257,6 +290,14 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
     if len(ids) != len(src):
       raise ValueError(f'targets_path {path} has {len(ids)} lines but {split} has '
                        f'{len(src)} sources; regenerate it for this split.')
-    inputs += encoded
-    targets += [x + [EOS_ID] for x in ids]
+    limit_len = None if truncated_targets == 'keep' else _decode_limit(path)
+    for i, (x, row) in enumerate(zip(encoded, ids)):
+      if limit_len is not None and len(row) >= limit_len:
+        if truncated_targets == 'drop':
+          continue
+        inputs.append(x)
+        targets.append(gold[i])
+      else:
+        inputs.append(x)
+        targets.append(row + [EOS_ID])
   return BucketedDataset(inputs, targets, batch_size, tuple(buckets), seed, decoder_only)

@@ -159,6 +159,7 @@ def train(run_dir: str = gin.REQUIRED,
           optimizer: str = 'adamw',
           query_lr_scale: float = 1.0,
           targets_path: str | Sequence[str] | None = None,
+          truncated_targets: str = 'keep',
           subword_samples: int = 0,
           subword_alpha: float = 0.3,
           eval_every_steps: int = 0,
@@ -175,7 +176,10 @@ def train(run_dir: str = gin.REQUIRED,
   `targets_path` replaces the gold German side by token-id lines (sequence-level
   distillation on a target's greedy or sampled outputs, written by
   `specdec_jax.train.distill_data`); a tuple of such files trains on all of them (each
-  source once per file).
+  source once per file). `truncated_targets` ('keep' | 'drop' | 'gold') handles the lines of
+  such a file that reached its decoder's `max_decode_len` (cut-off loops; its
+  `.summary.json` says the length): kept (a draft imitates its target), dropped, or replaced
+  by the gold target (a new target distilled from another model; `data.load_dataset`).
   With `eval_every_steps > 0`, the first `eval_examples` sentences of `eval_split`
   are translated greedily every that many steps (and at the end) and their sacreBLEU
   is logged as `dev_bleu` in `train_log.jsonl`.
@@ -235,6 +239,7 @@ def train(run_dir: str = gin.REQUIRED,
                      f'+ {vocabulary.DEFAULT_EXTRA_IDS} extra ids.')
   dataset = data_lib.load_dataset(processor, train_split, batch_size, buckets, seed, data_dir,
                                   limit=limit_examples, targets_path=targets_path,
+                                  truncated_targets=truncated_targets,
                                   subword_samples=subword_samples, subword_alpha=subword_alpha,
                                   subword_cache=(run_dir / 'subword_segmentations.npz'
                                                  if subword_samples else None),
