@@ -406,6 +406,40 @@ def test_dataset_truncated_targets(tmp_path):
                           truncated_targets='drop')
 
 
+def test_dataset_loop_repeats(tmp_path):
+  # loop_repeats=3 also marks as truncated a line below the limit (10) in which a token
+  # trigram occurs 3 times (overlaps counted: 4 4 4 4 4 holds "4 4 4" three times); a
+  # trigram twice, or three tokens repeated without a repeated trigram, is left alone.
+  assert data_lib.repeats_ngram([4, 4, 4, 4, 4], 3)
+  assert not data_lib.repeats_ngram([4, 4, 4, 4], 3)
+  assert data_lib.repeats_ngram([5, 6, 7, 5, 6, 7, 5, 6, 7], 3)
+  assert not data_lib.repeats_ngram([5, 6, 7, 5, 6, 7, 9], 3)
+  assert not data_lib.repeats_ngram([5, 9, 5, 8, 5, 7], 3)
+  sp = vocabulary.load_processor(SHIPPED_VOCAB)
+  root = _tiny_split(tmp_path)
+  ids = tmp_path / 'd.ids'
+  ids.write_text('5 6\n7 8 9 7 8 9 7 8 9\n8\n4 4 4 4 4\n10 11 12 10 11 12\n'
+                 + ' '.join(['3'] * 10) + '\n')
+  (tmp_path / 'd.ids.summary.json').write_text(json.dumps({'max_decode_len': 10}))
+  kw = dict(batch_size=4, buckets=(32,), data_dir=root, targets_path=ids)
+  _, tgt = data_lib.read_parallel('toy/train', root)
+  golds = data_lib.encode_targets(sp, tgt)
+  by_length = data_lib.load_dataset(sp, 'toy/train', truncated_targets='gold', **kw)
+  assert [t == g for t, g in zip(by_length.targets, golds)] == [False] * 5 + [True]
+  gold = data_lib.load_dataset(sp, 'toy/train', truncated_targets='gold', loop_repeats=3,
+                               **kw)
+  assert gold.targets == [[5, 6, 1], golds[1], [8, 1], golds[3], [10, 11, 12, 10, 11, 12, 1],
+                          golds[5]]
+  drop = data_lib.load_dataset(sp, 'toy/train', truncated_targets='drop', loop_repeats=2,
+                               **kw)
+  assert drop.targets == [[5, 6, 1], [8, 1]]
+  for bad in (1, -1, 2.0, True):
+    with pytest.raises(ValueError, match='loop_repeats must be 0'):
+      data_lib.load_dataset(sp, 'toy/train', truncated_targets='gold', loop_repeats=bad, **kw)
+  with pytest.raises(ValueError, match="needs truncated_targets='drop' or 'gold'"):
+    data_lib.load_dataset(sp, 'toy/train', loop_repeats=3, **kw)
+
+
 def test_dataset_subword_regularisation(tmp_path, monkeypatch):
   # K sampled segmentations per pair: every sample decodes back to the exact text (prefix
   # included on the source side), the samples differ from the best segmentation and from

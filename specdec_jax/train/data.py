@@ -183,6 +183,22 @@ class BucketedDataset:
 
 
 TRUNCATED_TARGETS = ('keep', 'drop', 'gold')
+LOOP_NGRAM = 3  # the n of `loop_repeats`: a token trigram repeated is a loop's signature
+
+
+def repeats_ngram(row: Sequence[int], times: int, n: int = LOOP_NGRAM) -> bool:
+  """Whether some token n-gram occurs at least `times` times in `row` (overlaps counted).
+
+  A loop that ended before the length limit (e.g. "U-Bahn-Bahn-Bahn ." closed by an EOS)
+  repeats its n-grams; `load_dataset(loop_repeats=...)` treats such lines as truncated.
+  """
+  counts: dict[tuple[int, ...], int] = {}
+  for i in range(len(row) - n + 1):
+    key = tuple(row[i:i + n])
+    counts[key] = counts.get(key, 0) + 1
+    if counts[key] >= times:
+      return True
+  return False
 
 
 def _decode_limit(path) -> int:
@@ -220,7 +236,8 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
                  source_suffix: str = 'en', target_suffix: str = 'de',
                  input_prefix: str = TRANSLATE_PREFIX,
                  decoder_only: str | None = None,
-                 truncated_targets: str = 'keep') -> BucketedDataset:
+                 truncated_targets: str = 'keep',
+                 loop_repeats: int = 0) -> BucketedDataset:
   """Reads, tokenizes and buckets a line-aligned split (default: shared-data EN→DE).
 
   `decoder_only` ('prefix_lm' or 'causal') makes decoder-only features
@@ -240,7 +257,9 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
   it: such a line is a repetition loop cut off, with no EOS): 'keep' (the default; a draft
   should imitate its target, loops included), 'drop' (the pair is left out) or 'gold' (the
   split's gold target replaces it: sequence-level distillation of a new target, which should
-  not learn its teacher's loops).
+  not learn its teacher's loops). With `loop_repeats = r >= 2` a line in which one token
+  trigram occurs r times or more (`repeats_ngram`: a loop that closed before the limit) is
+  handled as truncated too; 0 (the default) looks at the length only.
 
   With `subword_samples = K > 0` (gold targets only) each pair appears K times, each time
   with both sides segmented by a sample from the SentencePiece model
@@ -253,7 +272,8 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
   Raises:
     ValueError: a `targets_path` file has a different number of lines than the split,
       or the sequence is empty; `truncated_targets` not 'keep' / 'drop' / 'gold', or not
-      'keep' for a file without its summary (or for gold targets); `subword_samples` < 0, `subword_alpha` <= 0, or
+      'keep' for a file without its summary (or for gold targets); `loop_repeats` not 0 or
+      an int >= 2, or set with truncated_targets='keep'; `subword_samples` < 0, `subword_alpha` <= 0, or
       `subword_samples` with `targets_path` (token ids cannot be re-segmented); a
       `subword_cache` written with other settings or for another split.
   """
@@ -264,6 +284,13 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
   if truncated_targets != 'keep' and targets_path is None:
     raise ValueError(f'truncated_targets={truncated_targets!r} applies to distillation '
                      "files (targets_path); the gold targets are never truncated: use 'keep'.")
+  if (isinstance(loop_repeats, bool) or not isinstance(loop_repeats, int)
+      or loop_repeats < 0 or loop_repeats == 1):
+    raise ValueError(f'loop_repeats must be 0 (off) or an int >= 2 (a trigram that many '
+                     f'times marks a loop), got {loop_repeats!r}.')
+  if loop_repeats and truncated_targets == 'keep':
+    raise ValueError(f'loop_repeats={loop_repeats} says which lines count as truncated; it '
+                     "needs truncated_targets='drop' or 'gold' (or set loop_repeats=0).")
   src, tgt = read_parallel(split, data_dir, source_suffix, target_suffix, limit=limit)
   if subword_samples:
     inputs, targets = subword.segmented_pairs(
@@ -292,7 +319,8 @@ def load_dataset(processor, split: str = 'ende/multi30k/train', batch_size: int 
                        f'{len(src)} sources; regenerate it for this split.')
     limit_len = None if truncated_targets == 'keep' else _decode_limit(path)
     for i, (x, row) in enumerate(zip(encoded, ids)):
-      if limit_len is not None and len(row) >= limit_len:
+      if limit_len is not None and (len(row) >= limit_len or (
+          loop_repeats and repeats_ngram(row, loop_repeats))):
         if truncated_targets == 'drop':
           continue
         inputs.append(x)

@@ -160,6 +160,7 @@ def train(run_dir: str = gin.REQUIRED,
           query_lr_scale: float = 1.0,
           targets_path: str | Sequence[str] | None = None,
           truncated_targets: str = 'keep',
+          loop_repeats: int = 0,
           subword_samples: int = 0,
           subword_alpha: float = 0.3,
           eval_every_steps: int = 0,
@@ -179,7 +180,9 @@ def train(run_dir: str = gin.REQUIRED,
   source once per file). `truncated_targets` ('keep' | 'drop' | 'gold') handles the lines of
   such a file that reached its decoder's `max_decode_len` (cut-off loops; its
   `.summary.json` says the length): kept (a draft imitates its target), dropped, or replaced
-  by the gold target (a new target distilled from another model; `data.load_dataset`).
+  by the gold target (a new target distilled from another model; `data.load_dataset`);
+  `loop_repeats = r >= 2` also treats a line with one token trigram r or more times as
+  truncated (a loop that closed before the limit).
   With `eval_every_steps > 0`, the first `eval_examples` sentences of `eval_split`
   are translated greedily every that many steps (and at the end) and their sacreBLEU
   is logged as `dev_bleu` in `train_log.jsonl`.
@@ -240,6 +243,7 @@ def train(run_dir: str = gin.REQUIRED,
   dataset = data_lib.load_dataset(processor, train_split, batch_size, buckets, seed, data_dir,
                                   limit=limit_examples, targets_path=targets_path,
                                   truncated_targets=truncated_targets,
+                                  loop_repeats=loop_repeats,
                                   subword_samples=subword_samples, subword_alpha=subword_alpha,
                                   subword_cache=(run_dir / 'subword_segmentations.npz'
                                                  if subword_samples else None),
