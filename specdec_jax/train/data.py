@@ -18,6 +18,7 @@ all-zero rows (zero loss weight) so shapes stay fixed and no example is dropped.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -192,13 +193,8 @@ def repeats_ngram(row: Sequence[int], times: int, n: int = LOOP_NGRAM) -> bool:
   A loop that ended before the length limit (e.g. "U-Bahn-Bahn-Bahn ." closed by an EOS)
   repeats its n-grams; `load_dataset(loop_repeats=...)` treats such lines as truncated.
   """
-  counts: dict[tuple[int, ...], int] = {}
-  for i in range(len(row) - n + 1):
-    key = tuple(row[i:i + n])
-    counts[key] = counts.get(key, 0) + 1
-    if counts[key] >= times:
-      return True
-  return False
+  counts = collections.Counter(tuple(row[i:i + n]) for i in range(len(row) - n + 1))
+  return max(counts.values(), default=0) >= times
 
 
 def _decode_limit(path) -> int:
