@@ -1,22 +1,26 @@
-r"""The real T5X round trip on the shipped demo pair, checked against our decode job.
+r"""The real T5X round trip on a shipped demo pair, checked against our decode job.
 
-    python scripts/check_t5x_e2e.py [--t5x_python=/tmp/t5xenv_do/bin/python]
+    python scripts/check_t5x_e2e.py [--pair=demo_ende|demo_ende_decoder_only]
+        [--t5x_python=/tmp/t5xenv_do/bin/python]
         [--work_dir=/tmp/e2e_t5x] [--num_examples=50] [--train_steps=3] [--batch_size=8]
         [--t5x_commit=<hash>] [--output=out/check_t5x_e2e.json]
                                                      (repo root; about 3 minutes on 2 CPU cores)
 
 Not part of CI: `t5x` is not on the package registry. `--t5x_python` is the interpreter
 of an environment where the real T5X runs (`../shared/tools/real_t5x/build_env.sh`).
-On the shipped T5 demo pair (`specdec_jax/assets/demo_ende`, T5X model gin
-`specdec_jax/configs/t5x/demo_ende.gin`, model class `SpeculativeEncoderDecoderModel`)
-it runs, each as a subprocess from the repository root:
+On a shipped demo pair (`--pair`: `demo_ende`, the T5 pair, T5X model gin
+`specdec_jax/configs/t5x/demo_ende.gin`, model class `SpeculativeEncoderDecoderModel`; or
+`demo_ende_decoder_only`, the prefix-LM pair, gin
+`specdec_jax/configs/t5x/demo_ende_decoder_only.gin`, `SpeculativeDecoderOnlyModel`; the
+checkpoints are the ones the pair's `pair.json` names) it runs, each as a subprocess from
+the repository root:
 
 1. `t5x.infer` (T5X's `configs/runs/infer.gin`, `predict_with_aux`) on the shipped target
    checkpoint, the draft read from the shipped draft checkpoint by our restore hook;
 2. `t5x.eval` (`configs/runs/eval.gin`) on the same checkpoints: BLEU and predictions;
 3. `t5x.train` (`configs/runs/finetune.gin`; the README's command, section "The shipped
    demo pair in T5X", with its own MODEL_DIR) for `--train_steps` steps from the shipped
-   target checkpoint (at step 500, so TRAIN_STEPS = 500 + `--train_steps`). That checkpoint
+   target checkpoint (TRAIN_STEPS = its step + `--train_steps`). That checkpoint
    holds params and step but no optimizer state, hence
    `--gin.utils.RestoreCheckpointConfig.fallback_to_scratch=True`: T5X restores every key
    the checkpoint has and initializes each missing one from scratch, logging
@@ -63,9 +67,9 @@ import time
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-GIN = 'specdec_jax/configs/t5x/demo_ende.gin'
-PAIR = REPO / 'specdec_jax' / 'assets' / 'demo_ende'
-TARGET_CKPT = 'specdec_jax/assets/demo_ende/target/checkpoint_500'
+# --pair → its T5X model gin (the checkpoints: the pair folder's pair.json).
+PAIR_GINS = {'demo_ende': 'specdec_jax/configs/t5x/demo_ende.gin',
+             'demo_ende_decoder_only': 'specdec_jax/configs/t5x/demo_ende_decoder_only.gin'}
 TASK = 'specdec_ende_multi30k'
 TASK_MODULE = 'specdec_jax.text.tasks'
 LENGTHS = "{'inputs': 64, 'targets': 64}"
@@ -200,8 +204,10 @@ def _t5x_rows(path: pathlib.Path) -> list[dict]:
   return rows
 
 
-def check_training(initial: str, trained: pathlib.Path, log_text: str) -> dict:
-  """What T5X did with the optimizer-less checkpoint, and what training changed."""
+def check_training(initial: str, draft: str, trained: pathlib.Path, log_text: str) -> dict:
+  """What T5X did with the optimizer-less checkpoint, and what training changed.
+
+  `initial` / `draft`: the shipped target / draft checkpoint folders, relative to the repo."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   from flax import traverse_util  # pylint: disable=g-import-not-at-top
   from specdec_jax import checkpoints  # pylint: disable=g-import-not-at-top
@@ -225,7 +231,7 @@ def check_training(initial: str, trained: pathlib.Path, log_text: str) -> dict:
   out['trained_optimizer_state_arrays'] = len(traverse_util.flatten_dict(state['param_states']))
   before = flat(checkpoints.load_t5x_checkpoint(REPO / initial))
   after = flat(checkpoints.load_t5x_checkpoint(trained, exclude=('draft',)))
-  draft_before = flat(checkpoints.load_t5x_checkpoint(PAIR / 'draft' / 'checkpoint_1800'))
+  draft_before = flat(checkpoints.load_t5x_checkpoint(REPO / draft))
   draft_after = flat(checkpoints.load_t5x_checkpoint(trained, subtree='target/draft'))
   out['target_same_names'] = set(before) == set(after)
   out['target_max_abs_change'] = float(max(np.max(np.abs(after[k] - before[k]))
@@ -241,6 +247,8 @@ def check_training(initial: str, trained: pathlib.Path, log_text: str) -> dict:
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  ap.add_argument('--pair', default='demo_ende', choices=sorted(PAIR_GINS),
+                  help='the shipped demo pair (its T5X model gin and pair.json checkpoints)')
   ap.add_argument('--t5x_python', default='/tmp/t5xenv_do/bin/python',
                   help='python of an environment where the real T5X runs')
   ap.add_argument('--decode_python', default=sys.executable,
@@ -267,6 +275,11 @@ def main(argv=None) -> int:
     ap.error(f'--work_dir={str(work)!r} holds files this check did not write; it empties '
              'its work folder first, so name a new or earlier one.')
 
+  gin_path = PAIR_GINS[a.pair]
+  pair_dir = REPO / 'specdec_jax' / 'assets' / a.pair
+  pair = json.loads((pair_dir / 'pair.json').read_text(encoding='utf-8'))
+  target_ckpt = str((pair_dir / pair['target']['checkpoint']).relative_to(REPO))
+  draft_ckpt = str((pair_dir / pair['draft']['checkpoint']).relative_to(REPO))
   probe = _probe(str(python))
   if 'error' in probe:
     ap.error(probe['error'])
@@ -285,7 +298,9 @@ def main(argv=None) -> int:
              TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
   git = lambda *args: subprocess.run(['git', '-C', str(REPO), *args], capture_output=True,
                                      text=True, check=False).stdout.strip()
-  record = dict(t5x_commit=commit, repo_commit=git('rev-parse', 'HEAD'),
+  record = dict(pair=a.pair, model_gin=gin_path, target_checkpoint=target_ckpt,
+                draft_checkpoint=draft_ckpt, t5x_commit=commit,
+                repo_commit=git('rev-parse', 'HEAD'),
                 repo_uncommitted=git('status', '--porcelain').splitlines(),
                 t5x=probe['t5x'], specdec_jax=probe['specdec_jax'],
                 t5x_python=str(python), decode_python=a.decode_python, work_dir=str(work),
@@ -294,7 +309,7 @@ def main(argv=None) -> int:
                 steps=[])
   logs = work / 'logs'
   t5x = [str(python), '-m']
-  common = [f'--gin_file={GIN}', f'--gin.MIXTURE_OR_TASK_NAME={_q(TASK)}',
+  common = [f'--gin_file={gin_path}', f'--gin.MIXTURE_OR_TASK_NAME={_q(TASK)}',
             f'--gin.MIXTURE_OR_TASK_MODULE={_q(TASK_MODULE)}',
             f'--gin.TASK_FEATURE_LENGTHS={LENGTHS}']
 
@@ -312,10 +327,10 @@ def main(argv=None) -> int:
   ok = True
   try:
     # 1-2. infer and eval on the shipped checkpoints.
-    infer_shipped = infer('t5x_infer_shipped', TARGET_CKPT)
+    infer_shipped = infer('t5x_infer_shipped', target_ckpt)
     eval_dir = work / 't5x_eval'
     run_step('t5x_eval', t5x + ['t5x.eval'] + common + [
-        '--gin_file=t5x/configs/runs/eval.gin', f'--gin.CHECKPOINT_PATH={_q(TARGET_CKPT)}',
+        '--gin_file=t5x/configs/runs/eval.gin', f'--gin.CHECKPOINT_PATH={_q(target_ckpt)}',
         f'--gin.EVAL_OUTPUT_DIR={_q(eval_dir)}',
         f'--gin.utils.DatasetConfig.batch_size={a.batch_size}'], env, logs, record)
     metrics = _jsonl(_one(eval_dir / 'inference_eval', f'{TASK}-metrics.jsonl'))
@@ -325,12 +340,12 @@ def main(argv=None) -> int:
 
     # 3. a few training steps from the shipped (optimizer-less) target checkpoint.
     model_dir = work / 't5x_train'
-    start_step = int(json.loads((PAIR / 'pair.json').read_text())['target']['step'])
+    start_step = int(pair['target']['step'])
     total = start_step + a.train_steps
     # The README's command (section "The shipped demo pair in T5X"), MODEL_DIR aside.
     train_log = run_step('t5x_train', t5x + ['t5x.train'] + common[:1] + [
         '--gin_file=t5x/configs/runs/finetune.gin',
-        f'--gin.INITIAL_CHECKPOINT_PATH={_q(TARGET_CKPT)}',
+        f'--gin.INITIAL_CHECKPOINT_PATH={_q(target_ckpt)}',
         '--gin.utils.RestoreCheckpointConfig.fallback_to_scratch=True',
         f'--gin.MODEL_DIR={_q(model_dir)}'] + common[1:] + [
         f'--gin.TRAIN_STEPS={total}', f'--gin.BATCH_SIZE={a.batch_size}',
@@ -343,7 +358,7 @@ def main(argv=None) -> int:
     if not trained.is_dir():
       raise StepFailed(f't5x.train saved no {trained}')
     record['trained_checkpoint'] = str(trained)
-    record['training'] = check_training(TARGET_CKPT, trained, train_log)
+    record['training'] = check_training(target_ckpt, draft_ckpt, trained, train_log)
 
     # 4. infer on the trained checkpoint (the draft: the one T5X saved in it).
     infer_trained = infer('t5x_infer_trained', str(trained), draft=str(trained))
@@ -354,7 +369,7 @@ def main(argv=None) -> int:
     for method in ('speculative', 'baseline'):
       out = work / f'decode_{method}.jsonl'
       run_step(f'decode_{method}', [a.decode_python, '-m', 'specdec_jax.decode',
-                                    f'--gin_file={GIN}',
+                                    f'--gin_file={gin_path}',
                                     f'--gin.CHECKPOINT_PATH={_q(trained)}',
                                     f'--gin.DRAFT_CHECKPOINT={_q(trained)}',
                                     f'--gin.decode.task_name={_q(TASK)}',

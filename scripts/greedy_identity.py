@@ -3,7 +3,7 @@ set, at batch 1 and 8 (issue #39's exactness goal; any pair, either family), plu
 temperature 1.
 
     python scripts/greedy_identity.py --pair demo_ende_decoder_only \
-        [--task specdec_ende_multi30k] [--out out/greedy_identity.json]
+        [--task specdec_ende_multi30k] [--out out/greedy_identity.json] [--predictions_dir DIR]
 
 Runs the decode job (`python -m specdec_jax.decode`, γ = 4, float32 compute as the job
 does) for each batch size: baseline and speculative at T = 0, and speculative at T = 1
@@ -52,11 +52,15 @@ def main(argv=None) -> int:
   p.add_argument('--batch_sizes', default='1,8')
   p.add_argument('--gamma', type=int, default=4)
   p.add_argument('--out', default='out/greedy_identity.json')
+  p.add_argument('--predictions_dir', default=None,
+                 help='keep the decode jobs\' prediction files ({method}_{batch}.jsonl, '
+                      'speculative_t1.jsonl) in this folder (default: a temporary one)')
   args = p.parse_args(argv)
   result = {'pair': args.pair, 'task': args.task, 'gamma': args.gamma, 'runs': {}}
   differ = 0
   with tempfile.TemporaryDirectory() as tmp:
-    tmp = pathlib.Path(tmp)
+    tmp = pathlib.Path(args.predictions_dir or tmp)
+    tmp.mkdir(parents=True, exist_ok=True)
     for batch in [int(x) for x in args.batch_sizes.split(',')]:
       rows = {}
       for method in ('baseline', 'speculative'):
