@@ -50,6 +50,16 @@ def test_build_writes_aligned_splits(tmp_path):
   assert tgt[0] == gec_data.tokenize(lines[0])
   with pytest.raises(ValueError, match='not a folder'):
     gec_data.build(tmp_path / 'out' / 'train.src', data_dir=tmp_path / 'data')
+  # --max_words: a 12-word line (13 tokens with the stop) is dropped at 12, kept at 13.
+  short = gec_data.build(tmp_path / 'short', data_dir=tmp_path / 'data', max_words=12,
+                         val_per_corpus=5)
+  assert short['splits']['train']['sentences'] == 0 and short['max_words'] == 12
+  assert gec_data.build(tmp_path / 'keep', data_dir=tmp_path / 'data', max_words=13,
+                        val_per_corpus=5)['splits']['train']['sentences'] == 60
+  for bad in (2, 40.0, True):
+    with pytest.raises(ValueError, match='--max_words must be an integer >= 3'):
+      gec_data.build(tmp_path / 'bad', data_dir=tmp_path / 'data', max_words=bad)
+  assert not (tmp_path / 'bad').exists()
 
 
 def test_tables_estimate_save_load(tmp_path):

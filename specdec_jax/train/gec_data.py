@@ -236,10 +236,16 @@ def build(out: str | pathlib.Path, seed: int = 0, data_dir=None, max_words: int 
           val_per_corpus: int = 250) -> dict:
   """Writes the corpus under `out` (see the module docstring); returns the recipe summary.
 
+  `max_words`: the longest clean sentence kept, in JFLEG-style tokens (3 at least; the
+  shipped corrector v2 used 40, and JFLEG dev has sentences up to 80).
+
   Raises:
     FileNotFoundError: a shared-data file is missing (set SPECDEC_DATA).
-    ValueError: `out` exists and is not a folder.
+    ValueError: `out` exists and is not a folder, or `max_words` is not an int >= 3.
   """
+  if isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 3:
+    raise ValueError(f'--max_words must be an integer >= 3 (the shortest sentence kept has 3 '
+                     f'words), got {max_words!r}.')
   out = pathlib.Path(out)
   if out.exists() and not out.is_dir():
     raise ValueError(f'--out={str(out)!r} exists and is not a folder; give a folder path.')
@@ -273,11 +279,13 @@ def main(argv: Sequence[str] | None = None) -> int:
       description='Write synthetic GEC training data (corrupted → clean English).')
   parser.add_argument('--out', required=True, help='output folder, e.g. runs/gec_data')
   parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--max_words', type=int, default=40,
+                      help='longest clean sentence kept, in words (default 40)')
   parser.add_argument('--data_dir', default=None, help='shared data root (default: SPECDEC_DATA '
                       'or ../shared/data)')
   args = parser.parse_args(argv)
   try:
-    summary = build(args.out, args.seed, args.data_dir)
+    summary = build(args.out, args.seed, args.data_dir, max_words=args.max_words)
   except (ValueError, FileNotFoundError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
