@@ -12,7 +12,8 @@ the loader never calls (tensorboard's event-file watcher, jestimator's Amos opti
 cached_property) are replaced by empty modules when they are not installed; nothing of
 the loading path is replaced. Each model of the pair is loaded by T5X and by
 `specdec_jax.checkpoints.load_t5x_checkpoint`, and the two are compared array by array
-(names, shapes, dtypes, values). Prints the comparison, writes it as JSON (atomically),
+(names, shapes, dtypes, values); a pair without a draft (the correction pair) checks its
+target alone. Prints the comparison, writes it as JSON (atomically),
 exits 1 on any difference and 2 when `--t5x_src` holds no `t5x/checkpoints.py`.
 """
 from __future__ import annotations
@@ -94,7 +95,8 @@ def main(argv=None) -> int:
   pair = json.loads((pair_dir / 'pair.json').read_text())
   res = dict(t5x_src=str(t5x_src), stubbed_unused_imports=stubbed, models={})
   ok = True
-  for role in ('target', 'draft'):
+  # A target-only pair (the correction pair: no draft model) has no draft_config.
+  for role in [r for r in ('target', 'draft') if f'{r}_config' in pair]:
     state = t5x_checkpoints.load_t5x_checkpoint(str(pair_dir / role))
     theirs = _flat(state['target'])
     ours = _flat(checkpoints.load_t5x_checkpoint(pair_dir / role,
