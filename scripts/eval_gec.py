@@ -8,8 +8,14 @@ r"""GLEU of a decode job's corrections of JFLEG dev, beside the do-nothing outpu
 Reads the JSONL's `prediction` fields (in input order, one per `dev.src` line), scores them
 and the unchanged sources with `specdec_jax.text.gleu.corpus_gleu` against the four JFLEG
 references (500 random reference draws, seed 0), and prints / writes
-`{"gleu", "gleu_do_nothing", "std", ..., "changed_sentences"}`. No JFLEG sentence is used in
-training the shipped corrector, so all 754 dev sentences are held out.
+`{"gleu", "gleu_do_nothing", "std", ..., "changed_sentences", "by_length"}`. No JFLEG sentence
+is used in training the shipped corrector, so all 754 dev sentences are held out.
+
+`by_length` splits the sentences by source length in whitespace words (< 20, 20-29, 30-39,
+>= 40; the model card's length table) and gives for each bucket: `sentences`, `unchanged`
+(same words as the source), `at_limit` (the decode stopped at `max_decode_len`: JSONL
+`ended` == 'max_decode_len', in practice a repetition loop), `dropped_2plus` (at least 2 fewer words
+than the source), and `gleu` / `gleu_do_nothing` on that bucket alone (same draws and seed).
 """
 
 from __future__ import annotations
@@ -22,6 +28,39 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from specdec_jax.text import gleu  # noqa: E402
 from specdec_jax.util import atomic, paths  # noqa: E402
+
+
+LENGTH_BUCKETS = ((0, 20), (20, 30), (30, 40), (40, None))
+
+
+def by_length(sources, hyps, ended, refs, *, iterations=500):
+  """Per source-length bucket counts and GLEU (module docstring); skips empty buckets.
+
+  Args:
+    sources, hyps: N whitespace-tokenised strings each; ended: N JSONL `ended` values
+      (None where the JSONL has none); refs: the K reference sets of `corpus_gleu`.
+  Returns:
+    a list of dicts, one per non-empty bucket, keyed by `words` ('<20', '20-29', ..., '>=40').
+  """
+  rows = []
+  for lo, hi in LENGTH_BUCKETS:
+    idx = [i for i, s in enumerate(sources)
+           if len(s.split()) >= lo and (hi is None or len(s.split()) < hi)]
+    if not idx:
+      continue
+    pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
+    sub_refs = [pick(r) for r in refs]
+    ours = gleu.corpus_gleu(pick(sources), pick(hyps), sub_refs, iterations=iterations)
+    floor = gleu.corpus_gleu(pick(sources), pick(sources), sub_refs, iterations=iterations)
+    rows.append(dict(
+        words=f'<{hi}' if lo == 0 else (f'>={lo}' if hi is None else f'{lo}-{hi - 1}'),
+        sentences=len(idx),
+        unchanged=sum(hyps[i].split() == sources[i].split() for i in idx),
+        at_limit=sum(ended[i] == 'max_decode_len' for i in idx),
+        dropped_2plus=sum(len(hyps[i].split()) <= len(sources[i].split()) - 2 for i in idx),
+        gleu=ours.score, ci95=list(ours.ci95), gleu_do_nothing=floor.score,
+        do_nothing_ci95=list(floor.ci95)))
+  return rows
 
 
 def main(argv=None) -> int:
@@ -45,7 +84,9 @@ def main(argv=None) -> int:
                 gleu_do_nothing=floor.score, do_nothing_ci95=list(floor.ci95),
                 sentences=len(hyps), iterations=ours.iterations,
                 changed_sentences=sum(h.split() != s.split() for h, s in zip(hyps, sources)),
-                predictions=args.predictions)
+                at_limit=sum(r.get('ended') == 'max_decode_len' for r in rows),
+                predictions=args.predictions,
+                by_length=by_length(sources, hyps, [r.get('ended') for r in rows], refs))
   print(json.dumps(result, indent=2))
   if args.out:
     atomic.write_text(args.out, json.dumps(result, indent=2) + '\n')

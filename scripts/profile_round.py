@@ -1,10 +1,14 @@
-"""Per-phase profile of baseline vs speculative decoding on the demo pair (jax.profiler).
+"""Per-phase profile of baseline vs speculative decoding on a pair (jax.profiler).
 
-    python scripts/profile_round.py [--sentences 8] [--gamma 3] [--batch_size 1] [--temperature 0]
-        [--max_input_len 64] [--checkpoint_dtype float32] [--output_dir out/profile]      (from the repository root)
+    python scripts/profile_round.py [--pair_dir demo_ende] [--sentences 8] [--gamma 3]
+        [--batch_size 1] [--temperature 0] [--max_input_len 64] [--checkpoint_dtype float32]
+        [--output_dir out/profile]      (from the repository root)
 
-Compiles `generate.t5_generate` (baseline) and `generate.t5_speculative_generate` for
-batches of `--batch_size` (default 1) of the first N Multi30K test_2016 sentences (with the pair's task prefix),
+Compiles the pair family's baseline and speculative decoder (`generate.t5_generate` and
+`generate.t5_speculative_generate`, or for a decoder-only pair `decoder_only_generate` and
+`decoder_only_speculative_generate`, prefix-LM as its pair.json says) for batches of
+`--batch_size` (default 1) of the first N Multi30K test_2016 sentences (with the pair's task
+prefix; the decoder-only pair's prompt is that same text),
 times one untraced pass of each (median of 3), then traces one pass with
 `jax.profiler` and attributes every XLA:CPU op's time to a phase through the op's
 HLO metadata: the named scopes `draft`, `verify` and `accept` of `decoding.speculative_sample`
@@ -12,7 +16,8 @@ and the Flax module names (mlp, self_attention, encoder_decoder_attention,
 logits_dense, Transformer.encode). Ops that XLA created without metadata (some dots)
 inherit the phase of their first labelled operand.
 
-Phases: `encode` (encoders and cache set-up, once per call), `draft`, `verify`
+Phases: `encode` (the T5 encoders, or the decoder-only prompt prefill of both models, and
+cache set-up: once per call), `draft`, `verify`
 (split by sub-layer), `accept+commit` (the rest of the speculative loop body),
 `step` (the baseline's loop body, split by sub-layer) and `other`.
 
@@ -87,7 +92,7 @@ def sublayer(op: str) -> str:
 
 
 def phase(op: str, speculative: bool) -> str:
-  if 'Transformer.encode' in op or 'init_cache' in op:
+  if 'Transformer.encode' in op or 'init_cache' in op or '.prefill' in op:
     return 'encode'
   if '/draft/' in op:
     return 'draft'
@@ -133,6 +138,9 @@ def profile(fn, params, inputs, speculative: bool, trace_dir: str):
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  ap.add_argument('--pair_dir', default=None,
+                  help="a pair folder or a shipped pair's name (default: the T5 demo pair); "
+                       'a decoder-only pair (pair.json family) is profiled with its own decoders')
   ap.add_argument('--sentences', type=int, default=8)
   ap.add_argument('--gamma', type=int, default=3)
   ap.add_argument('--batch_size', type=int, default=1)
@@ -148,24 +156,31 @@ def main(argv=None) -> int:
   if a.sentences < 1 or a.gamma < 1 or a.batch_size < 1 or a.temperature < 0:
     ap.error('--sentences, --gamma and --batch_size must be >= 1 and --temperature >= 0.')
 
-  _, vocab, m = benchmark.load_pair(decode.DEMO_PAIR, None, None, None, None, None, 100,
+  pair, vocab, m = benchmark.load_pair(a.pair_dir or decode.DEMO_PAIR, None, None, None,
+                                       None, None, 100,
                                        None if a.checkpoint_dtype == 'none'
                                        else a.checkpoint_dtype)
+  decoder_only = not hasattr(m.target_model, 'encode')
   records = benchmark.read_sentences(benchmark.DEFAULT_DATASETS[0][1], a.sentences)
-  examples = inputs_lib.tokenize(records, vocab, prefix=decode.TRANSLATE_PREFIX,
+  examples = inputs_lib.tokenize(records, vocab, prefix=pair.input_prefix or decode.TRANSLATE_PREFIX,
                                  max_input_len=a.max_input_len)
   inputs = [jnp.asarray(b.tokens)
             for b in inputs_lib.batches(examples, a.batch_size, a.max_input_len)]
   kw = dict(eos_id=vocab.eos_id, temperature=a.temperature,
             decode_rng=jax.random.PRNGKey(0))
 
+  if decoder_only:  # the prompt is the input; both models prefilled in one pass each
+    kw['inputs_bidirectional_attention'] = bool(pair.inputs_bidirectional_attention)
+    base_fn, spec_fn = generate.decoder_only_generate, generate.decoder_only_speculative_generate
+  else:
+    base_fn, spec_fn = generate.t5_generate, generate.t5_speculative_generate
+
   def base(target_params, x):
-    return generate.t5_generate(m.target_model, target_params, x, a.max_decode_len, **kw)
+    return base_fn(m.target_model, target_params, x, a.max_decode_len, **kw)
 
   def spec(target_params, draft_params, x):
-    return generate.t5_speculative_generate(
-        m.target_model, target_params, m.draft_model, draft_params, x,
-        a.max_decode_len, a.gamma, real_vocab_size=vocab.vocab_size, **kw)
+    return spec_fn(m.target_model, target_params, m.draft_model, draft_params, x,
+                   a.max_decode_len, a.gamma, real_vocab_size=vocab.vocab_size, **kw)
 
   out_dir = pathlib.Path(a.output_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
@@ -196,7 +211,8 @@ def main(argv=None) -> int:
 
   res = dict(
       command=shlex.join(['python', 'scripts/profile_round.py'] + (argv or sys.argv[1:])),
-      settings=vars(a), sentences=len(inputs), tokens=tokens, rounds=rounds,
+      settings=vars(a), pair=pair.name,
+      family='decoder_only' if decoder_only else 'encoder_decoder', sentences=len(inputs), tokens=tokens, rounds=rounds,
       tokens_per_round=tokens / rounds, identical=identical if a.temperature == 0 else None,
       baseline_wall_s=base_wall, speculative_wall_s=spec_wall, speedup=base_wall / spec_wall,
       baseline_step_ms=step_ms,
@@ -204,7 +220,7 @@ def main(argv=None) -> int:
       speculative=rows(spec_t, spec_total, spec_wall, rounds, 'round'),
       machine=benchmark.machine())
 
-  md = [f'# Per-phase profile (demo pair, batch {a.batch_size}, γ={a.gamma}, T={a.temperature}, '
+  md = [f'# Per-phase profile ({pair.name}, batch {a.batch_size}, γ={a.gamma}, T={a.temperature}, '
         f'{len(inputs)} Multi30K sentences, max_input_len {a.max_input_len})', '',
         f'Command: `{res["command"]}`', '',
         f'Baseline {base_wall * 1e3:.1f} ms, speculative {spec_wall * 1e3:.1f} ms '

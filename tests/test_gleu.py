@@ -247,3 +247,49 @@ def test_cli(tmp_path, capsys):
   assert gleu.main(['--src', str(tmp_path / 'missing'), '--hyp', str(hyp),
                     '--ref', str(ref)]) == 2
   assert 'not found' in capsys.readouterr().err
+
+
+def _load_eval_gec():
+  import importlib.util
+  import pathlib
+  path = pathlib.Path(__file__).resolve().parent.parent / 'scripts' / 'eval_gec.py'
+  spec = importlib.util.spec_from_file_location('eval_gec_script', path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+def test_eval_gec_script_length_table(tmp_path, capsys):
+  """`scripts/eval_gec.py`: the model card's length table (buckets, loops, drops) per bucket."""
+  eval_gec = _load_eval_gec()
+  short = 'he go to school yesterday .'                       # 6 words
+  mid = ' '.join(f'w{i}' for i in range(24))                   # 24 words
+  long_ = ' '.join(f'x{i}' for i in range(45))                 # 45 words
+  sources = [short, short, mid, long_]
+  hyps = ['he went to school yesterday .', short,              # one edit, one unchanged
+          ' '.join(mid.split()[:21]),                           # drops 3 words
+          long_ + ' ' + ' '.join(['x1'] * 30)]                  # loops to the limit
+  ended = ['eos', 'eos', 'eos', 'max_decode_len']
+  for k in range(4):
+    refs = ['he went to school yesterday .', short, mid, long_]
+    (tmp_path / f'dev.ref{k}').write_text('\n'.join(refs) + '\n', encoding='utf-8')
+  (tmp_path / 'dev.src').write_text('\n'.join(sources) + '\n', encoding='utf-8')
+  pred = tmp_path / 'pred.jsonl'
+  pred.write_text(''.join(json.dumps(dict(prediction=h, ended=e)) + '\n'
+                          for h, e in zip(hyps, ended)), encoding='utf-8')
+  out = tmp_path / 'gleu.json'
+  assert eval_gec.main(['--predictions', str(pred), '--jfleg', str(tmp_path),
+                        '--out', str(out)]) == 0
+  res = json.loads(out.read_text())
+  assert res == json.loads(capsys.readouterr().out)
+  assert res['sentences'] == 4 and res['changed_sentences'] == 3 and res['at_limit'] == 1
+  table = {r['words']: r for r in res['by_length']}
+  assert sorted(table) == ['20-29', '<20', '>=40']              # the empty 30-39 is left out
+  assert (table['<20']['sentences'], table['<20']['unchanged'], table['<20']['at_limit'],
+          table['<20']['dropped_2plus']) == (2, 1, 0, 0)
+  assert (table['20-29']['unchanged'], table['20-29']['dropped_2plus']) == (0, 1)
+  assert (table['>=40']['at_limit'], table['>=40']['dropped_2plus']) == (1, 0)
+  _, refs = gleu.read_jfleg(tmp_path)
+  want = gleu.corpus_gleu(sources[:2], hyps[:2], [r[:2] for r in refs]).score
+  assert table['<20']['gleu'] == pytest.approx(want)
+  assert table['<20']['gleu'] > table['<20']['gleu_do_nothing']  # the edit matches the reference
