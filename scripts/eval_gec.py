@@ -4,12 +4,16 @@ r"""GLEU of a decode job's corrections of JFLEG dev, beside the do-nothing outpu
       --gin.decode.input_path="'../shared/data/gec/jfleg_dev/dev.src'" \
       --gin.decode.output_path="'out/gec/jfleg_dev.jsonl'"
   python scripts/eval_gec.py --predictions=out/gec/jfleg_dev.jsonl [--out=out/gec/gleu.json]
+      [--lines=runs/gec_jfleg/heldout.ids]
 
 Reads the JSONL's `prediction` fields (in input order, one per `dev.src` line), scores them
 and the unchanged sources with `specdec_jax.text.gleu.corpus_gleu` against the four JFLEG
 references (500 random reference draws, seed 0), and prints / writes
 `{"gleu", "gleu_do_nothing", "std", ..., "changed_sentences", "by_length"}`. No JFLEG sentence
-is used in training the shipped corrector, so all 754 dev sentences are held out.
+is used in training the shipped corrector, so all 754 dev sentences are held out. With
+`--lines` (a file of 0-based dev line numbers, one a line, e.g. `jfleg_split`'s
+`heldout.ids`), the predictions are those lines' in that order and only they are scored:
+the held-out part of a corrector fine-tuned on the rest of dev.
 
 `by_length` splits the sentences by source length in whitespace words (< 20, 20-29, 30-39,
 >= 40; the model card's length table) and gives for each bucket: `sentences`, `unchanged`
@@ -69,14 +73,32 @@ def main(argv=None) -> int:
   p.add_argument('--jfleg', default=None, help='folder with dev.src, dev.ref0-3 '
                  '(default: <shared data>/gec/jfleg_dev)')
   p.add_argument('--out', default=None, help='write the result JSON here too')
+  p.add_argument('--lines', default=None,
+                 help='score only these dev lines (0-based, one a line; e.g. '
+                      "jfleg_split's heldout.ids); the predictions are theirs, in order")
   args = p.parse_args(argv)
   folder = pathlib.Path(args.jfleg) if args.jfleg else paths.data_dir() / 'gec' / 'jfleg_dev'
   sources, refs = gleu.read_jfleg(folder)
+  if args.lines:
+    try:
+      lines = [int(x) for x in pathlib.Path(args.lines).read_text().split()]
+    except (OSError, ValueError) as e:
+      print(f'error: --lines={args.lines!r} must be a readable file of integers: {e}',
+            file=sys.stderr)
+      return 2
+    if not lines or min(lines) < 0 or max(lines) >= len(sources) or len(set(lines)) != len(lines):
+      print(f'error: --lines={args.lines!r} must hold distinct line numbers in 0 … '
+            f'{len(sources) - 1}.', file=sys.stderr)
+      return 2
+    sources = [sources[i] for i in lines]
+    refs = [[r[i] for i in lines] for r in refs]
   rows = [json.loads(x) for x in pathlib.Path(args.predictions).read_text().splitlines()]
   hyps = [r['prediction'] for r in rows]
   if len(hyps) != len(sources):
-    print(f'error: {args.predictions} has {len(hyps)} predictions but {folder}/dev.src has '
-          f'{len(sources)} lines; decode all of dev.src.', file=sys.stderr)
+    print(f'error: {args.predictions} has {len(hyps)} predictions but '
+          + (f'--lines names {len(sources)} lines' if args.lines else
+             f'{folder}/dev.src has {len(sources)} lines; decode all of dev.src') + '.',
+          file=sys.stderr)
     return 2
   ours = gleu.corpus_gleu(sources, hyps, refs)
   floor = gleu.corpus_gleu(sources, sources, refs)
@@ -85,7 +107,7 @@ def main(argv=None) -> int:
                 sentences=len(hyps), iterations=ours.iterations,
                 changed_sentences=sum(h.split() != s.split() for h, s in zip(hyps, sources)),
                 at_limit=sum(r.get('ended') == 'max_decode_len' for r in rows),
-                predictions=args.predictions,
+                predictions=args.predictions, lines=args.lines,
                 by_length=by_length(sources, hyps, [r.get('ended') for r in rows], refs))
   print(json.dumps(result, indent=2))
   if args.out:

@@ -5,6 +5,7 @@ error, and table files that refuse what does not fit."""
 from __future__ import annotations
 
 import collections
+import json
 
 import numpy as np
 import pytest
@@ -86,3 +87,70 @@ def test_tables_estimate_save_load(tmp_path):
     tables.estimate([[11]], 10)
   uni_ids, _ = tables.estimate(seqs, 10, order=1, k=2)
   assert uni_ids.shape == (1, 2) and set(uni_ids[0]) == {1, 5}  # ties: the lower ids (EOS counts)
+
+
+def _fake_jfleg(folder, n=10):
+  folder.mkdir()
+  src = [f'he go {i} school .' for i in range(n)]
+  (folder / 'dev.src').write_text('\n'.join(src) + '\n', encoding='utf-8')
+  for k in range(4):  # refs 0 and 1 agree, 2 and 3 differ: 3 distinct references a sentence
+    refs = [f'he goes to {i} school .' if k < 2 else f'he went {k} {i} school .'
+            for i in range(n)]
+    (folder / f'dev.ref{k}').write_text('\n'.join(refs) + '\n', encoding='utf-8')
+  return src
+
+
+def _fake_synthetic(folder, n=20):
+  folder.mkdir()
+  for split, m in (('train', n), ('val', 5)):
+    (folder / f'{split}.src').write_text(''.join(f'syn {split} {i} wrong\n' for i in range(m)))
+    (folder / f'{split}.tgt').write_text(''.join(f'syn {split} {i} right\n' for i in range(m)))
+
+
+def test_jfleg_split_holds_out_a_seeded_part(tmp_path):
+  """`jfleg_split`: held-out sentences never reach the training files; distinct references
+  only; synthetic pairs mixed in; the same seed gives the same files."""
+  from specdec_jax.train import jfleg_split
+  src = _fake_jfleg(tmp_path / 'jfleg')
+  _fake_synthetic(tmp_path / 'syn')
+  recipe = jfleg_split.build(tmp_path / 'out', tmp_path / 'syn', held_out=4, synthetic_pairs=6,
+                             seed=3, jfleg_dir=tmp_path / 'jfleg')
+  out = tmp_path / 'out'
+  held = [int(x) for x in (out / 'heldout.ids').read_text().split()]
+  assert len(held) == 4 and held == sorted(held)
+  assert (out / 'heldout.src').read_text().splitlines() == [src[i] for i in held]
+  train_src = (out / 'train.src').read_text().splitlines()
+  train_tgt = (out / 'train.tgt').read_text().splitlines()
+  assert len(train_src) == len(train_tgt) == 6 * 3 + 6
+  assert not {src[i] for i in held} & set(train_src)          # nothing held out is trained on
+  assert {s for s in train_src if not s.startswith('syn')} == {src[i] for i in range(10)
+                                                                if i not in held}
+  assert sum(s.startswith('syn train') for s in train_src) == 6
+  assert (out / 'val.src').read_text() == (tmp_path / 'syn' / 'val.src').read_text()
+  assert recipe['jfleg_pairs'] == 18 and recipe['train_pairs'] == 24
+  assert json.loads((out / 'recipe.json').read_text()) == recipe
+  again = jfleg_split.build(tmp_path / 'again', tmp_path / 'syn', held_out=4, synthetic_pairs=6,
+                            seed=3, jfleg_dir=tmp_path / 'jfleg')
+  assert again['train_pairs'] == 24
+  assert (tmp_path / 'again' / 'train.src').read_text() == (out / 'train.src').read_text()
+  other = jfleg_split.build(tmp_path / 'other', tmp_path / 'syn', held_out=4, synthetic_pairs=6,
+                            seed=4, jfleg_dir=tmp_path / 'jfleg')
+  assert other['held_out_sentences'] == 4
+  assert (tmp_path / 'other' / 'heldout.ids').read_text() != (out / 'heldout.ids').read_text()
+
+
+def test_jfleg_split_refuses_bad_sizes_before_writing(tmp_path, capsys):
+  from specdec_jax.train import jfleg_split
+  _fake_jfleg(tmp_path / 'jfleg')
+  _fake_synthetic(tmp_path / 'syn')
+  for kw, msg in ((dict(held_out=10), 'held_out must be between 1 and 9'),
+                  (dict(held_out=0), 'held_out must be between 1 and 9'),
+                  (dict(held_out=4, synthetic_pairs=21), 'synthetic_pairs=21 exceeds the 20'),
+                  (dict(held_out=-1), 'held_out must be an integer >= 0')):
+    with pytest.raises(ValueError, match=msg):
+      jfleg_split.build(tmp_path / 'out', tmp_path / 'syn', jfleg_dir=tmp_path / 'jfleg', **kw)
+  assert not (tmp_path / 'out').exists()
+  assert jfleg_split.main(['--out', str(tmp_path / 'out'), '--synthetic_dir',
+                           str(tmp_path / 'missing'), '--jfleg_dir', str(tmp_path / 'jfleg'),
+                           '--held_out', '4']) == 2
+  assert 'gec_data' in capsys.readouterr().err and not (tmp_path / 'out').exists()

@@ -293,3 +293,34 @@ def test_eval_gec_script_length_table(tmp_path, capsys):
   want = gleu.corpus_gleu(sources[:2], hyps[:2], [r[:2] for r in refs]).score
   assert table['<20']['gleu'] == pytest.approx(want)
   assert table['<20']['gleu'] > table['<20']['gleu_do_nothing']  # the edit matches the reference
+
+
+def test_eval_gec_script_scores_only_the_named_lines(tmp_path, capsys):
+  """`--lines` (a held-out part of dev): the predictions are those lines', in order, and
+  only they are scored; bad line files are refused with the flag named."""
+  eval_gec = _load_eval_gec()
+  sources = ['a b c .', 'd e f .', 'g h i .', 'j k l .']
+  refs = ['a b c !', 'd e f !', 'g h i !', 'j k l !']
+  (tmp_path / 'dev.src').write_text('\n'.join(sources) + '\n', encoding='utf-8')
+  for k in range(4):
+    (tmp_path / f'dev.ref{k}').write_text('\n'.join(refs) + '\n', encoding='utf-8')
+  (tmp_path / 'ids').write_text('3\n1\n')
+  pred = tmp_path / 'pred.jsonl'
+  pred.write_text(''.join(json.dumps(dict(prediction=h, ended='eos')) + '\n'
+                          for h in ('j k l !', 'd e f .')), encoding='utf-8')
+  assert eval_gec.main(['--predictions', str(pred), '--jfleg', str(tmp_path),
+                        '--lines', str(tmp_path / 'ids')]) == 0
+  res = json.loads(capsys.readouterr().out)
+  want = gleu.corpus_gleu([sources[3], sources[1]], ['j k l !', 'd e f .'],
+                          [[refs[3], refs[1]]] * 4).score
+  assert res['sentences'] == 2 and res['gleu'] == pytest.approx(want)
+  assert res['changed_sentences'] == 1 and res['lines'] == str(tmp_path / 'ids')
+  for bad in ('3\n4\n', '1\n1\n', 'x\n'):
+    (tmp_path / 'ids').write_text(bad)
+    assert eval_gec.main(['--predictions', str(pred), '--jfleg', str(tmp_path),
+                          '--lines', str(tmp_path / 'ids')]) == 2
+    assert '--lines=' in capsys.readouterr().err
+  (tmp_path / 'ids').write_text('0\n1\n2\n')
+  assert eval_gec.main(['--predictions', str(pred), '--jfleg', str(tmp_path),
+                        '--lines', str(tmp_path / 'ids')]) == 2
+  assert '--lines names 3 lines' in capsys.readouterr().err

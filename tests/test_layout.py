@@ -220,6 +220,7 @@ ENTRY_POINTS = [
     'from specdec_jax.drafters import tables; tables.estimate; tables.load; tables.main',
     'from specdec_jax.text import gleu; gleu.corpus_gleu; gleu.read_jfleg; gleu.main',
     'from specdec_jax.train import gec_data; gec_data.build; gec_data.main',
+    'from specdec_jax.train import jfleg_split; jfleg_split.build; jfleg_split.main',
 ]
 
 

@@ -6,4 +6,7 @@
 * `data`: the Multi30K / WMT data pipeline; `subword`: sampled segmentations.
 * `distill_data`: `python -m specdec_jax.distill_data` — a target's outputs for distillation.
 * `evaluation`: greedy translation, sacreBLEU and draft agreement for dev evaluation.
+* `gec_data`: `python -m specdec_jax.train.gec_data` — synthetic error-correction pairs.
+* `jfleg_split`: `python -m specdec_jax.train.jfleg_split` — JFLEG dev fine-tuning pairs with
+  a seeded held-out half (for `scripts/eval_gec.py --lines`).
 """

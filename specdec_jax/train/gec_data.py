@@ -237,7 +237,7 @@ def build(out: str | pathlib.Path, seed: int = 0, data_dir=None, max_words: int 
   """Writes the corpus under `out` (see the module docstring); returns the recipe summary.
 
   `max_words`: the longest clean sentence kept, in JFLEG-style tokens (3 at least; the
-  shipped corrector v2 used 40, and JFLEG dev has sentences up to 80).
+  corrector v2 used 40; the shipped v3 uses 80, as JFLEG dev has sentences up to 80).
 
   Raises:
     FileNotFoundError: a shared-data file is missing (set SPECDEC_DATA).
