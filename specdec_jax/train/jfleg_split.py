@@ -35,10 +35,12 @@ from specdec_jax.util import atomic, paths
 
 
 def _read(path: pathlib.Path) -> list[str]:
-  if not path.is_file():
-    raise FileNotFoundError(f'{str(path)!r} not found (build it with `python -m '
-                            'specdec_jax.train.gec_data --out=...`).')
-  return path.read_text(encoding='utf-8').splitlines()
+  """`gleu.read_lines`, with the command that builds a missing synthetic file."""
+  try:
+    return gleu.read_lines(path)
+  except FileNotFoundError as e:
+    raise FileNotFoundError(f'{e} Build it with `python -m specdec_jax.train.gec_data '
+                            '--out=...`.') from e
 
 
 def build(out: str | pathlib.Path, synthetic_dir: str | pathlib.Path, *, held_out: int = 377,
