@@ -324,3 +324,67 @@ def test_eval_gec_script_scores_only_the_named_lines(tmp_path, capsys):
   assert eval_gec.main(['--predictions', str(pred), '--jfleg', str(tmp_path),
                         '--lines', str(tmp_path / 'ids')]) == 2
   assert '--lines names 3 lines' in capsys.readouterr().err
+
+
+def _load_script(name):
+  import importlib.util
+  import pathlib
+  path = pathlib.Path(__file__).resolve().parent.parent / 'scripts' / f'{name}.py'
+  spec = importlib.util.spec_from_file_location(f'{name}_script', path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+def test_edit_margin_keeps_only_confident_edits():
+  """`scripts/gec_edit_margin.keep_confident`: an edit survives only at margin ≥ δ; an
+  unchanged output (same words, other spacing) stays the source; lengths must agree."""
+  em = _load_script('gec_edit_margin')
+  sources = ['he go home .', 'a b c', 'x y']
+  hyps = ['he goes home .', 'a  b c', 'x z']
+  assert em.keep_confident(sources, hyps, [3.0, 9.0, 0.5], 1.0) == [
+      'he goes home .', 'a b c', 'x y']
+  assert em.keep_confident(sources, hyps, [3.0, 9.0, 0.5], 0.0) == [
+      'he goes home .', 'a b c', 'x z']
+  with pytest.raises(ValueError, match='differ in length'):
+    em.keep_confident(sources, hyps, [1.0], 0.0)
+
+
+def test_edit_margin_scores_match_cached_decoding():
+  """`sequence_logprobs` (teacher-forced, one call) equals Σ log p of the same target
+  summed one cached decoder step at a time (`t5.decode_step`), on a tiny random T5; a
+  planted off-by-one (targets not shifted right) gives a different score."""
+  import jax
+  import jax.numpy as jnp
+  from conftest import small_config
+  from specdec_jax.models import t5
+  em = _load_script('gec_edit_margin')
+  config = small_config()
+  model = t5.Transformer(config)
+  params = t5.init_params(config, jax.random.PRNGKey(3))
+
+  class Vocab:  # words → ids 2 … 63
+    def encode(self, text):
+      return [2 + (sum(map(ord, w)) % 60) for w in text.split()]
+  src, tgt = ['he go home .', 'she like it'], ['he goes home .', 'she likes it very much']
+  got = em.sequence_logprobs(model, params, Vocab(), 'fix: ', src, tgt, batch_size=4,
+                             max_input_len=12, max_target_len=8)
+  for i in range(2):
+    enc = jnp.asarray([Vocab().encode('fix: ' + src[i]) + [1]], jnp.int32)
+    ids = Vocab().encode(tgt[i]) + [1]
+    cache = t5.encode_and_init_cache(model, params, enc, 16)
+    step = t5.make_step_fn(model, params)
+    total, prev = 0.0, 0
+    for n, tok in enumerate(ids):
+      logits, cache = step(jnp.asarray([[prev]], jnp.int32), jnp.asarray([n], jnp.int32), cache)
+      total += float(jax.nn.log_softmax(logits[0, 0])[tok])
+      prev = tok
+    assert got[i] == pytest.approx(total, abs=1e-4)
+  # planted: teacher forcing without the right shift scores something else
+  e_ids, t_ids = Vocab().encode('fix: ' + src[0]) + [1], Vocab().encode(tgt[0]) + [1]
+  enc = jnp.zeros((1, 12), jnp.int32).at[0, :len(e_ids)].set(jnp.asarray(e_ids))
+  tgt0 = jnp.zeros((1, 8), jnp.int32).at[0, :len(t_ids)].set(jnp.asarray(t_ids))
+  logits = model.apply({'params': params}, enc, tgt0, tgt0, enable_dropout=False)
+  wrong = float(jnp.sum(jnp.take_along_axis(jax.nn.log_softmax(logits), tgt0[..., None], -1)[..., 0]
+                        * (tgt0 > 0)))
+  assert abs(wrong - got[0]) > 1e-2
