@@ -81,14 +81,9 @@ def main(argv=None) -> int:
   sources, refs = gleu.read_jfleg(folder)
   if args.lines:
     try:
-      lines = [int(x) for x in pathlib.Path(args.lines).read_text().split()]
+      lines = gleu.read_line_ids(args.lines, len(sources))
     except (OSError, ValueError) as e:
-      print(f'error: --lines={args.lines!r} must be a readable file of integers: {e}',
-            file=sys.stderr)
-      return 2
-    if not lines or min(lines) < 0 or max(lines) >= len(sources) or len(set(lines)) != len(lines):
-      print(f'error: --lines={args.lines!r} must hold distinct line numbers in 0 … '
-            f'{len(sources) - 1}.', file=sys.stderr)
+      print(f'error: --lines={args.lines!r}: {e}', file=sys.stderr)
       return 2
     sources = [sources[i] for i in lines]
     refs = [[r[i] for i in lines] for r in refs]

@@ -76,28 +76,63 @@ def sequence_logprobs(model, params, vocab, prefix: str, sources, targets, *,
   return np.concatenate(out) if out else np.zeros((0,), np.float64)
 
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+HELDOUT_HINT = ('make it with `python -m specdec_jax.train.gec_data --out=runs/gec_data_80 '
+                '--max_words=80` and `python -m specdec_jax.train.jfleg_split --out=runs/gec_jfleg '
+                '--synthetic_dir=runs/gec_data_80`')
+
+
+def read_predictions(path, sources) -> list[str]:
+  """The `prediction` of each row of a decode job's JSONL on all of JFLEG dev, in order.
+
+  Raises:
+    ValueError: unreadable, not JSONL with `prediction`, a row count other than
+      len(sources), or a row whose `inputs` is not that dev line (another input file).
+  """
+  try:
+    rows = [json.loads(x) for x in pathlib.Path(path).read_text(encoding='utf-8').splitlines()]
+    hyps = [r['prediction'] for r in rows]
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ValueError(f'not a decode job\'s JSONL with a "prediction" in every row ({e}); '
+                     'decode dev.src as in gec_en/MODEL_CARD.md, "Evaluation"') from e
+  if len(hyps) != len(sources):
+    raise ValueError(f'{len(hyps)} rows; decode all {len(sources)} dev sentences')
+  for i, (r, s) in enumerate(zip(rows, sources)):
+    if 'inputs' in r and r['inputs'].split() != s.split():
+      raise ValueError(f'row {i}\'s inputs are not dev line {i} ({r["inputs"][:40]!r}); '
+                       'decode dev.src itself, in order')
+  return hyps
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument('--predictions', required=True, help="the decode job's JSONL on all of dev.src")
-  p.add_argument('--pair_dir', default='specdec_jax/assets/gec_en')
+  p.add_argument('--pair_dir', default=str(ROOT / 'specdec_jax' / 'assets' / 'gec_en'),
+                 help='the correction pair folder whose target scores (default: the shipped one)')
   p.add_argument('--heldout', default='runs/gec_jfleg/heldout.ids',
                  help="jfleg_split's held-out line numbers (the rest tunes delta)")
-  p.add_argument('--out', default=None)
+  p.add_argument('--out', default=None, help='write the result JSON here too')
   args = p.parse_args(argv)
   sources, refs = gleu.read_jfleg(paths.data_dir() / 'gec' / 'jfleg_dev')
-  rows = [json.loads(x) for x in pathlib.Path(args.predictions).read_text().splitlines()]
-  hyps = [r['prediction'] for r in rows]
-  if len(hyps) != len(sources):
-    print(f'error: --predictions has {len(hyps)} rows; decode all {len(sources)} dev '
-          'sentences.', file=sys.stderr)
+  try:
+    hyps = read_predictions(args.predictions, sources)
+  except ValueError as e:
+    print(f'error: --predictions={args.predictions!r}: {e}.', file=sys.stderr)
     return 2
   try:
-    held = [int(x) for x in pathlib.Path(args.heldout).read_text().split()]
+    held = gleu.read_line_ids(args.heldout, len(sources))
   except (OSError, ValueError) as e:
-    print(f'error: --heldout={args.heldout!r}: {e}; make it with `python -m '
-          'specdec_jax.train.jfleg_split --out=runs/gec_jfleg`.', file=sys.stderr)
+    print(f'error: --heldout={args.heldout!r}: {e} ({HELDOUT_HINT}).', file=sys.stderr)
+    return 2
+  if not (pathlib.Path(args.pair_dir) / 'pair.json').is_file():
+    print(f'error: --pair_dir={args.pair_dir!r} has no pair.json; give the correction pair '
+          f'folder (default {ROOT / "specdec_jax" / "assets" / "gec_en"}).', file=sys.stderr)
     return 2
   tune = sorted(set(range(len(sources))) - set(held))
+  if not tune:
+    print(f'error: --heldout={args.heldout!r} holds every dev line; nothing is left to choose '
+          'delta on.', file=sys.stderr)
+    return 2
 
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from specdec_jax import checkpoints  # pylint: disable=import-outside-toplevel

@@ -315,7 +315,7 @@ def test_eval_gec_script_scores_only_the_named_lines(tmp_path, capsys):
                           [[refs[3], refs[1]]] * 4).score
   assert res['sentences'] == 2 and res['gleu'] == pytest.approx(want)
   assert res['changed_sentences'] == 1 and res['lines'] == str(tmp_path / 'ids')
-  for bad in ('3\n4\n', '1\n1\n', 'x\n'):
+  for bad in ('3\n4\n', '1\n1\n', 'x\n', '-1\n', ''):
     (tmp_path / 'ids').write_text(bad)
     assert eval_gec.main(['--predictions', str(pred), '--jfleg', str(tmp_path),
                           '--lines', str(tmp_path / 'ids')]) == 2
@@ -388,3 +388,41 @@ def test_edit_margin_scores_match_cached_decoding():
   wrong = float(jnp.sum(jnp.take_along_axis(jax.nn.log_softmax(logits), tgt0[..., None], -1)[..., 0]
                         * (tgt0 > 0)))
   assert abs(wrong - got[0]) > 1e-2
+
+
+def test_edit_margin_cli_refuses_bad_files_before_loading_the_model(tmp_path, capsys):
+  """`scripts/gec_edit_margin.py`: unreadable or mismatched predictions and bad held-out
+  files end in one error line naming the flag (exit 2), before any model is loaded."""
+  em = _load_script('gec_edit_margin')
+  sources, _ = gleu.read_jfleg(paths.data_dir() / 'gec' / 'jfleg_dev')
+  good = tmp_path / 'good.jsonl'
+  good.write_text(''.join(json.dumps(dict(inputs=s + ' ', prediction=s)) + '\n' for s in sources))
+  held = tmp_path / 'held.ids'
+  held.write_text('0\n5\n')
+  cases = {
+      'short': (''.join(json.dumps(dict(prediction='x')) + '\n' for _ in range(5)), '0\n'),
+      'notjson': ('{"prediction": \n' * len(sources), '0\n'),
+      'shifted': (''.join(json.dumps(dict(inputs=s, prediction=s)) + '\n'
+                          for s in sources[1:] + sources[:1]), '0\n'),
+  }
+  for name, (text, _) in cases.items():
+    (tmp_path / f'{name}.jsonl').write_text(text)
+    assert em.main(['--predictions', str(tmp_path / f'{name}.jsonl'),
+                    '--heldout', str(held)]) == 2, name
+    err = capsys.readouterr().err
+    assert err.startswith('error: --predictions=') and 'Traceback' not in err, (name, err)
+  assert em.main(['--predictions', str(tmp_path / 'missing.jsonl'), '--heldout', str(held)]) == 2
+  assert 'error: --predictions=' in capsys.readouterr().err
+  for bad in ('754\n', '1\n1\n', 'x\n'):
+    held.write_text(bad)
+    assert em.main(['--predictions', str(good), '--heldout', str(held)]) == 2
+    assert 'error: --heldout=' in capsys.readouterr().err
+  assert em.main(['--predictions', str(good), '--heldout', str(tmp_path / 'none.ids')]) == 2
+  assert '--synthetic_dir=runs/gec_data_80' in capsys.readouterr().err  # the hint runs as given
+  held.write_text('\n'.join(map(str, range(len(sources)))))
+  assert em.main(['--predictions', str(good), '--heldout', str(held)]) == 2
+  assert 'nothing is left' in capsys.readouterr().err
+  held.write_text('0\n')
+  assert em.main(['--predictions', str(good), '--heldout', str(held),
+                  '--pair_dir', str(tmp_path)]) == 2
+  assert 'error: --pair_dir=' in capsys.readouterr().err

@@ -277,7 +277,7 @@ def print_summary(summary: dict, stream=None) -> None:
           if (summary.get('draft_policy') or {}).get('kind', 'constant') != 'constant'
           else ')') if summary['gamma'] else '') + (
               ' [block verification]' if summary.get('verification') == 'block' else '') + (
-              f", drafter={summary['drafter']}" if summary.get('drafter') not in (None, 'model')
+              f", drafter={summary['drafter']}" if summary.get('drafter') is not None
               else '')),
       ('exact', 'yes' if summary.get('exact', True) else
        f"NO (lenience={summary.get('lenience')}: not the target's distribution)"),

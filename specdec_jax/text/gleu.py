@@ -263,6 +263,23 @@ def read_lines(path: str | os.PathLike) -> list[str]:
   return [line.rstrip() for line in lines]
 
 
+def read_line_ids(path: str | os.PathLike, count: int) -> list[int]:
+  """0-based line numbers from a text file (whitespace-separated integers, e.g.
+  `train.jfleg_split`'s `heldout.ids`), checked to be distinct and in 0 … count − 1.
+
+  Raises:
+    FileNotFoundError: no such file. ValueError: a folder, not integers, empty, repeated
+      or out of range (the message says which).
+  """
+  try:
+    ids = [int(x) for x in ' '.join(read_lines(path)).split()]
+  except ValueError as e:
+    raise ValueError(f'{str(path)!r} must hold integers (0-based line numbers): {e}') from e
+  if not ids or min(ids) < 0 or max(ids) >= count or len(set(ids)) != len(ids):
+    raise ValueError(f'{str(path)!r} must hold distinct line numbers in 0 … {count - 1}.')
+  return ids
+
+
 def read_jfleg(folder: str | os.PathLike, split: str = 'dev') -> tuple[list[str], list[list[str]]]:
   """JFLEG's `{split}.src` and `{split}.ref0`..`{split}.ref3` from `folder`.
 
