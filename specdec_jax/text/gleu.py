@@ -271,8 +271,9 @@ def read_line_ids(path: str | os.PathLike, count: int) -> list[int]:
     FileNotFoundError: no such file. ValueError: a folder, not integers, empty, repeated
       or out of range (the message says which).
   """
+  text = ' '.join(read_lines(path))
   try:
-    ids = [int(x) for x in ' '.join(read_lines(path)).split()]
+    ids = [int(x) for x in text.split()]
   except ValueError as e:
     raise ValueError(f'{str(path)!r} must hold integers (0-based line numbers): {e}') from e
   if not ids or min(ids) < 0 or max(ids) >= count or len(set(ids)) != len(ids):
