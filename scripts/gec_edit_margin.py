@@ -50,14 +50,15 @@ def sequence_logprobs(model, params, vocab, prefix: str, sources, targets, *,
   its kept tokens). Batches are padded to `batch_size` rows so one program is compiled.
   """
   import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from specdec_jax.interop.t5x.losses import sequence_scores  # pylint: disable=import-outside-toplevel
+  from specdec_jax.train.evaluation import teacher_forced_features  # pylint: disable=import-outside-toplevel
 
   @jax.jit
-  def score(enc, tgt):
-    dec_in = jnp.pad(tgt[:, :-1], ((0, 0), (1, 0)))
-    logits = model.apply({'params': params}, enc, dec_in, tgt, enable_dropout=False)
-    return sequence_scores(logits, tgt, (tgt > 0).astype(jnp.float32))
+  def score(batch):
+    logits = model.apply({'params': params}, batch['encoder_input_tokens'],
+                         batch['decoder_input_tokens'], batch['decoder_target_tokens'],
+                         enable_dropout=False)
+    return sequence_scores(logits, batch['decoder_target_tokens'], batch['decoder_loss_weights'])
 
   def pad(seqs, n):
     a = np.zeros((batch_size, n), np.int32)
@@ -71,7 +72,8 @@ def sequence_logprobs(model, params, vocab, prefix: str, sources, targets, *,
            for s in sources[i:i + batch_size]]
     tgt = [vocab.encode(t.strip())[:max_target_len - 1] + [1]
            for t in targets[i:i + batch_size]]
-    out.append(np.asarray(score(pad(enc, max_input_len), pad(tgt, max_target_len)),
+    batch = teacher_forced_features(model, pad(enc, max_input_len), pad(tgt, max_target_len))
+    out.append(np.asarray(score(batch),
                           np.float64)[:len(enc)])
   return np.concatenate(out) if out else np.zeros((0,), np.float64)
 
